@@ -1,0 +1,31 @@
+// cmd_inspect.cpp — mhc inspect: every dataset with shape, dtype and value statistics.
+#include <cstdio>
+#include <memory>
+
+#include "commands.h"
+#include "h5io.h"
+#include "stats.h"
+
+namespace mhc {
+
+void add_inspect(CLI::App& app, int& rc) {
+  auto file = std::make_shared<std::string>();
+  CLI::App* sub = app.add_subcommand("inspect", "List every dataset: shape, dtype, min/max/mean, NaN/Inf counts");
+  sub->add_option("file", *file, "HDF5 file")->required();
+  sub->footer("Example:\n  mhc inspect out.h5");
+  sub->callback([file, &rc] {
+    std::printf("%-22s %-16s %-9s %12s %12s %12s %8s %8s\n", "dataset", "shape", "dtype", "min", "max", "mean",
+                "nan", "inf");
+    for (const DatasetInfo& d : list_datasets(*file)) {
+      std::printf("%-22s %-16s %-9s", d.path.c_str(), shape_str(d.shape).c_str(), d.type.c_str());
+      if (d.is_float) {
+        Stats s = stats(d.values);
+        std::printf(" %12.5g %12.5g %12.5g %8lld %8lld", s.min, s.max, s.mean, (long long)s.nan, (long long)s.inf);
+      }
+      std::printf("\n");
+    }
+    rc = 0;
+  });
+}
+
+}  // namespace mhc

@@ -1,0 +1,38 @@
+// main.cpp — the mhc command line: gen, run, inspect, bench, diff.
+#include <iostream>
+
+#include "backends.h"
+#include "commands.h"
+#include "error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mhc: golden CPU backend, CUDA backend and stage-by-stage diff for the mHC pre operator"};
+  app.set_version_flag("--version", mhc::version_string());
+  app.require_subcommand(1);
+  app.footer(
+      "Examples:\n"
+      "  mhc gen --shape 256,4,1024 --seed 1 in.h5\n"
+      "  mhc run --backend cpu in.h5 out.h5\n"
+      "  mhc diff cpu cuda --input in.h5\n"
+      "  mhc diff mine.h5 cpu");
+  int rc = 0;
+  mhc::add_gen(app, rc);
+  mhc::add_run(app, rc);
+  mhc::add_inspect(app, rc);
+  mhc::add_bench(app, rc);
+  mhc::add_diff(app, rc);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    std::cerr << "mhc: error: " << e.what() << " (see mhc --help)\n";
+    return 2;
+  } catch (const mhc::UserError& e) {
+    std::cerr << "mhc: error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "mhc: internal error: " << e.what() << "\n";
+    return 3;
+  }
+  return rc;
+}

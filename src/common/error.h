@@ -1,0 +1,36 @@
+// error.h — the two kinds of failure mhc knows.
+//
+// UserError: bad input, bad arguments, missing device. main() prints its message
+// as one line and exits with status 2. Throw it with fail(...).
+// Internal invariants use MHC_CHECK, which names file and line.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace mhc {
+
+struct UserError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class... A>
+std::string cat(const A&... a) {
+  std::ostringstream os;
+  (os << ... << a);
+  return os.str();
+}
+
+template <class... A>
+[[noreturn]] void fail(const A&... a) {
+  throw UserError(cat(a...));
+}
+
+}  // namespace mhc
+
+#define MHC_CHECK(cond, ...)                                                         \
+  do {                                                                               \
+    if (!(cond))                                                                     \
+      throw std::logic_error(::mhc::cat(__FILE__, ":", __LINE__, ": check failed: ", \
+                                        #cond, " ", ##__VA_ARGS__));                 \
+  } while (0)

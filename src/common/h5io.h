@@ -1,0 +1,38 @@
+// h5io.h — reading and writing cases in the HDF5 schema of docs/schema.md.
+//
+// Every failure is a UserError naming the file and dataset. Writes go to a temporary
+// file in the target directory and are renamed into place, so no partial output survives.
+#pragma once
+#include <string>
+
+#include "case.h"
+
+namespace mhc {
+
+struct LoadOptions {
+  bool strict = false;           // values that need rounding to the input dtype are an error
+  bool allow_nonfinite = false;  // NaN/Inf in inputs are an error unless set
+  bool quiet = false;            // no rounding warnings on stderr
+};
+
+// Reads /inputs (validated against the stage table) and, when `outputs`, every
+// /forward and /backward dataset present, kept in its stored dtype and shape.
+Case load_case(const std::string& path, const LoadOptions& opt, bool outputs);
+
+// Refuses an output path that is the input, exists (unless force), or cannot be
+// created; probes by creating and removing a file in the target directory.
+void check_output_path(const std::string& out, const std::string& in, bool force);
+
+// Writes the case atomically (temporary file + rename).
+void save_case(const std::string& path, const Case& c);
+
+// The dtype a dataset is stored with, for `inspect`; names non-float types too.
+struct DatasetInfo {
+  std::string path, type;
+  Shape shape;
+  bool is_float = false;
+  Tensor values;  // read as float64 when is_float
+};
+std::vector<DatasetInfo> list_datasets(const std::string& path);
+
+}  // namespace mhc

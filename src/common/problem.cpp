@@ -1,0 +1,45 @@
+#include "problem.h"
+
+#include <sstream>
+
+namespace mhc {
+
+std::string Problem::str() const {
+  std::string s = tokens.size() == 2 ? cat("B=", tokens[0], " S=", tokens[1]) : cat("T=", tokens[0]);
+  return cat(s, " n=", n, " D=", D);
+}
+
+double min_bytes(const Problem& p, Pass pass) {
+  const double T = double(p.T()), K = double(p.K()), N = double(p.N()), n = double(p.n), D = double(p.D);
+  const double params = N * K * 4 + (3 + N + K) * 4;  // phi, alpha, bias, gamma
+  const double fwd = T * K * 2 + params + T * D * 2 + T * (1 + N + 2 * n + n * n) * 4;
+  const double bwd = T * K * 2 + T * D * 2 + T * (n + n * n) * 4 + params  // x, grads, parameters
+                     + T * (1 + N + 2 * n) * 4                            // inv_rms, h_mix, h_pre, h_post
+                     + T * K * 2 + N * K * 4 + (3 + N + K) * 4;           // dx, dphi, dalpha, dbias, dgamma
+  return pass == Pass::fwd ? fwd : pass == Pass::bwd ? bwd : fwd + bwd;
+}
+
+Problem parse_shape(const std::string& text) {
+  std::vector<int64_t> v;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long long x = -1;
+    try {
+      x = std::stoll(item, &used);
+    } catch (...) {
+    }
+    if (used != item.size() || x < 1)
+      fail("--shape ", text, ": expected positive integers T,n,D or B,S,n,D");
+    v.push_back(x);
+  }
+  if (v.size() != 3 && v.size() != 4) fail("--shape ", text, ": expected T,n,D or B,S,n,D");
+  Problem p;
+  p.tokens.assign(v.begin(), v.end() - 2);
+  p.n = v[v.size() - 2];
+  p.D = v.back();
+  return p;
+}
+
+}  // namespace mhc

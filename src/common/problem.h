@@ -1,0 +1,32 @@
+// problem.h — one mHC pre problem: token layout, n streams, D channels, epsilons.
+#pragma once
+#include <string>
+
+#include "tensor.h"
+
+namespace mhc {
+
+enum class Precision { fp32, fp64 };
+inline const char* precision_name(Precision p) { return p == Precision::fp32 ? "fp32" : "fp64"; }
+
+enum class Pass { fwd, bwd, both };  // which half of the operator to run or time
+
+struct Problem {
+  Shape tokens;  // [T] or [B,S]: the leading dimensions of every per-token tensor
+  int64_t n = 0, D = 0;
+  double norm_eps = 1e-6, hc_eps = 1e-6;
+
+  int64_t T() const { return numel(tokens); }
+  int64_t K() const { return n * D; }
+  int64_t N() const { return n * n + 2 * n; }
+  std::string str() const;  // "T=64 n=4 D=256" or "B=2 S=32 n=4 D=256"
+};
+
+// The fewest bytes a pass must move through memory: inputs read once, outputs written once
+// (intermediates such as dvecX not counted). Used for effective GB/s.
+double min_bytes(const Problem& p, Pass pass);
+
+// Parses "T,n,D" or "B,S,n,D"; throws UserError naming the option on bad text.
+Problem parse_shape(const std::string& text);
+
+}  // namespace mhc

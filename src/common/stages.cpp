@@ -1,0 +1,87 @@
+#include "stages.h"
+
+namespace mhc {
+
+using enum Dim;
+static constexpr auto B16 = DType::bf16, F32 = DType::f32;
+
+const std::vector<Stage>& stage_table() {
+  static const std::vector<Stage> table = {
+      // inputs
+      {"x", Group::inputs, {tok, n, d}, B16, {}, "hidden streams"},
+      {"phi", Group::inputs, {nmix, k}, F32, {}, "projection; rows: pre n, post n, res n*n"},
+      {"alpha", Group::inputs, {three}, F32, {}, "gates of pre, post, res"},
+      {"bias", Group::inputs, {nmix}, F32, {}, "bias of pre, post, res"},
+      {"gamma", Group::inputs, {n, d}, F32, {}, "RMSNorm weight (optional, default ones)"},
+      {"dh_in", Group::inputs, {tok, d}, B16, {}, "gradient of h_in"},
+      {"dh_post", Group::inputs, {tok, n}, F32, {}, "gradient of h_post"},
+      {"dh_res", Group::inputs, {tok, n, n}, F32, {}, "gradient of h_res"},
+      // forward
+      {"inv_rms", Group::forward, {tok}, F32, {"x"}, "1/sqrt(mean(x^2)+norm_eps)"},
+      {"h_mix", Group::forward, {tok, nmix}, F32, {"x", "gamma", "phi"}, "(x*gamma) phi^T"},
+      {"h_pre", Group::forward, {tok, n}, F32, {"h_mix", "inv_rms", "alpha", "bias"}, "sigmoid(..)+hc_eps"},
+      {"h_post", Group::forward, {tok, n}, F32, {"h_mix", "inv_rms", "alpha", "bias"}, "2 sigmoid(..)"},
+      {"h_res", Group::forward, {tok, n, n}, F32, {"h_mix", "inv_rms", "alpha", "bias"}, "res logits"},
+      {"h_in", Group::forward, {tok, d}, B16, {"x", "h_pre"}, "sum_i h_pre[i] x[i,:]"},
+      // backward
+      {"dh_pre", Group::backward, {tok, n}, F32, {"dh_in", "x"}, "dh_in . x[i,:]"},
+      {"dh_mix", Group::backward, {tok, nmix}, F32,
+       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "inv_rms", "alpha"}, "G * inv_rms"},
+      {"dinv_rms", Group::backward, {tok}, F32,
+       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "alpha"}, "G . h_mix"},
+      {"dvecX", Group::backward, {tok, n, d}, F32, {"dh_mix", "phi"}, "dh_mix phi: gradient of x*gamma"},
+      {"dx", Group::backward, {tok, n, d}, B16,
+       {"dvecX", "gamma", "dinv_rms", "inv_rms", "x", "h_pre", "dh_in"}, "gradient of x"},
+      {"dphi", Group::backward, {nmix, k}, F32, {"dh_mix", "x", "gamma"}, "sum_t dh_mix^T (x*gamma)"},
+      {"dalpha", Group::backward, {three}, F32,
+       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms"}, "sum_t g . t"},
+      {"dbias", Group::backward, {nmix}, F32, {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post"}, "sum_t g"},
+      {"dgamma", Group::backward, {n, d}, F32, {"x", "dvecX"}, "sum_t x * dvecX"},
+  };
+  return table;
+}
+
+const Stage* find_stage(const std::string& name) {
+  for (auto& s : stage_table())
+    if (name == s.name) return &s;
+  return nullptr;
+}
+
+const Stage& stage(const std::string& name) {
+  const Stage* s = find_stage(name);
+  MHC_CHECK(s, "unknown stage ", name);
+  return *s;
+}
+
+Shape stage_shape(const Stage& s, const Problem& p) {
+  Shape r;
+  for (Dim dim : s.dims) switch (dim) {
+      case tok: r.insert(r.end(), p.tokens.begin(), p.tokens.end()); break;
+      case n: r.push_back(p.n); break;
+      case d: r.push_back(p.D); break;
+      case nmix: r.push_back(p.N()); break;
+      case k: r.push_back(p.K()); break;
+      case three: r.push_back(3); break;
+    }
+  return r;
+}
+
+std::string stage_shape_str(const Stage& s) {
+  static const char* names[] = {"..", "n", "D", "N", "K", "3"};
+  std::string r = "[";
+  for (size_t i = 0; i < s.dims.size(); ++i) r += cat(i ? "," : "", names[int(s.dims[i])]);
+  return r + "]";
+}
+
+std::string dataset_path(const Stage& s) { return cat("/", group_name(s.group), "/", s.name); }
+
+DType stored_dtype(const Stage& s, Precision prec) {
+  return prec == Precision::fp64 && s.group != Group::inputs ? DType::f64 : s.dtype;
+}
+
+const std::vector<std::string>& gradient_inputs() {
+  static const std::vector<std::string> g = {"dh_in", "dh_post", "dh_res"};
+  return g;
+}
+
+}  // namespace mhc

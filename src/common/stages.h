@@ -1,0 +1,42 @@
+// stages.h — THE stage table: every tensor mhc reads or writes, in dependency order.
+//
+// Backends compute stages by name, HDF5 I/O derives dataset paths, shapes and dtypes
+// from it, and diff walks it to find where two runs part ways.
+#pragma once
+#include <string>
+#include <vector>
+
+#include "problem.h"
+
+namespace mhc {
+
+enum class Group { inputs, forward, backward };  // also the HDF5 group name
+inline const char* group_name(Group g) {
+  return g == Group::inputs ? "inputs" : g == Group::forward ? "forward" : "backward";
+}
+
+// Symbolic dimensions; `tok` expands to the problem's token dimensions ([T] or [B,S]).
+enum class Dim { tok, n, d, nmix, k, three };
+
+struct Stage {
+  const char* name;
+  Group group;
+  std::vector<Dim> dims;
+  DType dtype;  // stored dtype at fp32 precision; at fp64 every computed stage is float64
+  std::vector<const char*> deps;
+  const char* what;
+};
+
+const std::vector<Stage>& stage_table();
+const Stage* find_stage(const std::string& name);  // nullptr if unknown
+const Stage& stage(const std::string& name);        // MHC_CHECKs that it exists
+
+Shape stage_shape(const Stage& s, const Problem& p);
+std::string stage_shape_str(const Stage& s);        // "[..,n,D]" symbolic
+std::string dataset_path(const Stage& s);           // "/forward/h_mix"
+DType stored_dtype(const Stage& s, Precision prec);
+
+// The three upstream gradients; backward runs when all are present.
+const std::vector<std::string>& gradient_inputs();
+
+}  // namespace mhc

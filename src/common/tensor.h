@@ -1,0 +1,53 @@
+// tensor.h — a dense row-major tensor: shape, dtype and bytes. Nothing more.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dtype.h"
+#include "error.h"
+
+namespace mhc {
+
+using Shape = std::vector<int64_t>;
+
+inline int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+std::string shape_str(const Shape& s);  // "[4,2,16]"
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<bf16>() { return DType::bf16; }
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+
+struct Tensor {
+  Shape shape;
+  DType dtype = DType::f32;
+  std::vector<unsigned char> bytes;
+
+  Tensor() = default;
+  Tensor(Shape s, DType t) : shape(std::move(s)), dtype(t), bytes(size_t(numel(shape)) * dtype_size(t)) {}
+
+  int64_t size() const { return numel(shape); }
+  template <class T> T* data() {
+    MHC_CHECK(dtype_of<T>() == dtype, "tensor is ", dtype_name(dtype));
+    return reinterpret_cast<T*>(bytes.data());
+  }
+  template <class T> const T* data() const { return const_cast<Tensor*>(this)->data<T>(); }
+
+  double at(int64_t i) const;  // element i as double, whatever the dtype
+  void set(int64_t i, double v);  // stores v rounded to the dtype (nearest even)
+};
+
+// Element-wise conversion to another dtype (round to nearest even).
+Tensor convert(const Tensor& t, DType to);
+// All elements as doubles.
+std::vector<double> to_f64(const Tensor& t);
+
+using TensorMap = std::map<std::string, Tensor>;
+
+}  // namespace mhc

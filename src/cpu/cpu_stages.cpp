@@ -1,0 +1,423 @@
+// cpu_stages.cpp — the mHC pre operator, stage by stage, as the formulas write it.
+// Template parameter R is the arithmetic type: float (fp32 golden) or double (fp64 oracle).
+#include <Eigen/Dense>
+#include <cmath>
+
+#include "cpu_backend.h"
+
+namespace mhc {
+namespace {
+
+constexpr int64_t kTokChunk = 32;     // tokens per parallel work item
+constexpr int64_t kRedChunk = 256;    // tokens per GEMM step in reductions over tokens
+constexpr int64_t kColSlice = 256;    // columns per work item in reductions over tokens
+
+template <class R> using Mat = Eigen::Matrix<R, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class R> using MapC = Eigen::Map<const Mat<R>>;
+template <class R> using MapM = Eigen::Map<Mat<R>>;
+template <class R> using VecC = Eigen::Map<const Eigen::Matrix<R, Eigen::Dynamic, 1>>;
+
+const Tensor& dep(const TensorMap& in, const char* name) {
+  auto it = in.find(name);
+  MHC_CHECK(it != in.end(), "missing dependency ", name);
+  return it->second;
+}
+
+// dst[r - r0][c - c0] = t viewed as [rows, width], for rows [r0,r1) and columns [c0,c1).
+template <class R>
+void block_as(const Tensor& t, int64_t width, int64_t r0, int64_t r1, int64_t c0, int64_t c1, R* dst) {
+  int64_t w = c1 - c0;
+  for (int64_t r = r0; r < r1; ++r) {
+    int64_t src = r * width + c0;
+    R* out = dst + (r - r0) * w;
+    switch (t.dtype) {
+      case DType::bf16: {
+        const bf16* s = t.data<bf16>() + src;
+        for (int64_t c = 0; c < w; ++c) out[c] = R(bf16_to_float(s[c]));
+      } break;
+      case DType::f32: {
+        const float* s = t.data<float>() + src;
+        for (int64_t c = 0; c < w; ++c) out[c] = R(s[c]);
+      } break;
+      case DType::f64: {
+        const double* s = t.data<double>() + src;
+        for (int64_t c = 0; c < w; ++c) out[c] = R(s[c]);
+      } break;
+    }
+  }
+}
+
+template <class R> void row_as(const Tensor& t, int64_t width, int64_t r, R* dst) {
+  block_as(t, width, r, r + 1, 0, width, dst);
+}
+
+template <class R> std::vector<R> all_as(const Tensor& t) {
+  std::vector<R> v(static_cast<size_t>(t.size()));
+  block_as(t, t.size(), 0, 1, 0, t.size(), v.data());
+  return v;
+}
+
+// Read-only data as R: the tensor's own memory when the dtype matches, else a converted copy.
+template <class R> struct As {
+  const R* p;
+  std::vector<R> own;
+  explicit As(const Tensor& t) {
+    if (t.dtype == dtype_of<R>()) {
+      p = t.data<R>();
+    } else {
+      own = all_as<R>(t);
+      p = own.data();
+    }
+  }
+};
+
+Tensor make_out(const char* name, const Problem& p, Precision prec) {
+  return Tensor(stage_shape(stage(name), p), stored_dtype(stage(name), prec));
+}
+
+// out.flat[offset .. offset+len) = src, rounded to out's dtype (bf16 stages) or copied.
+template <class R> void store(Tensor& out, int64_t offset, const R* src, int64_t len) {
+  if (out.dtype == DType::bf16) {
+    bf16* d = out.data<bf16>() + offset;
+    for (int64_t i = 0; i < len; ++i) d[i] = sizeof(R) == 8 ? double_to_bf16(src[i]) : float_to_bf16(float(src[i]));
+  } else {
+    R* d = out.data<R>() + offset;
+    std::copy(src, src + len, d);
+  }
+}
+
+// Fixed-order pairwise sum of a[0], a[stride], ..., a[(len-1)*stride].
+template <class R> R pairwise_sum(const R* a, int64_t len, int64_t stride) {
+  if (len <= 8) {
+    R s = 0;
+    for (int64_t i = 0; i < len; ++i) s += a[i * stride];
+    return s;
+  }
+  int64_t h = len / 2;
+  return pairwise_sum(a, h, stride) + pairwise_sum(a + h * stride, len - h, stride);
+}
+
+template <class R> R sigmoid(R z) { return R(1) / (R(1) + std::exp(-z)); }
+
+// ---------------------------------------------------------------- forward
+
+// inv_rms[t] = 1/sqrt(mean_k x[t,k]^2 + norm_eps); x is [T,K]
+template <class R> Tensor inv_rms(const Problem& p, const TensorMap& in, Precision prec) {
+  const Tensor& x = dep(in, "x");
+  const int64_t T = p.T(), K = p.K();
+  std::vector<R> r(static_cast<size_t>(T));
+#pragma omp parallel
+  {
+    std::vector<R> v(static_cast<size_t>(K));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      row_as(x, K, t, v.data());
+      R ms = VecC<R>(v.data(), K).squaredNorm() / R(K);
+      r[size_t(t)] = R(1) / std::sqrt(ms + R(p.norm_eps));
+    }
+  }
+  Tensor out = make_out("inv_rms", p, prec);
+  store(out, 0, r.data(), T);
+  return out;
+}
+
+// h_mix[T,N] = (x ⊙ gamma)[T,K] · phi[N,K]^T, gamma folded into phi
+template <class R> Tensor h_mix(const Problem& p, const TensorMap& in, Precision prec) {
+  const Tensor& x = dep(in, "x");
+  const int64_t T = p.T(), K = p.K(), N = p.N();
+  std::vector<R> pg = all_as<R>(dep(in, "phi")), g = all_as<R>(dep(in, "gamma"));
+  for (int64_t j = 0; j < N; ++j)
+    for (int64_t k = 0; k < K; ++k) pg[size_t(j * K + k)] *= g[size_t(k)];
+  Tensor out = make_out("h_mix", p, prec);
+  R* h = out.data<R>();
+#pragma omp parallel
+  {
+    std::vector<R> v(static_cast<size_t>(kTokChunk * K));
+#pragma omp for schedule(static)
+    for (int64_t t0 = 0; t0 < T; t0 += kTokChunk) {
+      int64_t rows = std::min(kTokChunk, T - t0);
+      block_as(x, K, t0, t0 + rows, 0, K, v.data());
+      MapM<R>(h + t0 * N, rows, N).noalias() = MapC<R>(v.data(), rows, K) * MapC<R>(pg.data(), N, K).transpose();
+    }
+  }
+  return out;
+}
+
+// The three gates read t = h_mix·inv_rms; `first` is the group's first row of phi.
+template <class R> Tensor gate(const char* name, const Problem& p, const TensorMap& in, Precision prec) {
+  const int64_t T = p.T(), N = p.N(), n = p.n;
+  As<R> hm(dep(in, "h_mix")), ir(dep(in, "inv_rms"));
+  std::vector<R> a = all_as<R>(dep(in, "alpha")), b = all_as<R>(dep(in, "bias"));
+  const int which = name == std::string("h_pre") ? 0 : name == std::string("h_post") ? 1 : 2;
+  const int64_t first = which == 0 ? 0 : which == 1 ? n : 2 * n, width = which == 2 ? n * n : n;
+  std::vector<R> r(static_cast<size_t>(T * width));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t j = 0; j < width; ++j) {
+      R z = a[size_t(which)] * (hm.p[t * N + first + j] * ir.p[t]) + b[size_t(first + j)];
+      r[size_t(t * width + j)] = which == 0 ? sigmoid(z) + R(p.hc_eps) : which == 1 ? R(2) * sigmoid(z) : z;
+    }
+  Tensor out = make_out(name, p, prec);
+  store(out, 0, r.data(), T * width);
+  return out;
+}
+
+// h_in[t,d] = sum_i h_pre[t,i] x[t,i,d]
+template <class R> Tensor h_in(const Problem& p, const TensorMap& in, Precision prec) {
+  const Tensor& x = dep(in, "x");
+  const int64_t T = p.T(), n = p.n, D = p.D;
+  As<R> hp(dep(in, "h_pre"));
+  Tensor out = make_out("h_in", p, prec);
+#pragma omp parallel
+  {
+    std::vector<R> v(static_cast<size_t>(n * D)), acc(static_cast<size_t>(D));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      row_as(x, n * D, t, v.data());
+      std::fill(acc.begin(), acc.end(), R(0));
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += hp.p[t * n + i] * v[size_t(i * D + d)];
+      store(out, t * D, acc.data(), D);
+    }
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- backward
+
+// Per-token gate gradients g = [g_pre, g_post, g_res] (before alpha), shared by dh_mix,
+// dinv_rms, dalpha and dbias.
+template <class R> struct GateGrads {
+  const Problem& p;
+  As<R> dh_pre, dh_post, dh_res, h_pre, h_post;
+  GateGrads(const Problem& prob, const TensorMap& in)
+      : p(prob), dh_pre(dep(in, "dh_pre")), dh_post(dep(in, "dh_post")), dh_res(dep(in, "dh_res")),
+        h_pre(dep(in, "h_pre")), h_post(dep(in, "h_post")) {}
+  void operator()(int64_t t, R* g) const {  // g is [N]
+    const int64_t n = p.n;
+    for (int64_t i = 0; i < n; ++i) {
+      R s = h_pre.p[t * n + i] - R(p.hc_eps);
+      g[i] = dh_pre.p[t * n + i] * s * (R(1) - s);
+      R hpo = h_post.p[t * n + i];
+      g[n + i] = dh_post.p[t * n + i] * hpo * (R(1) - hpo / R(2));
+    }
+    for (int64_t j = 0; j < n * n; ++j) g[2 * n + j] = dh_res.p[t * n * n + j];
+  }
+  R alpha_of(const std::vector<R>& alpha, int64_t j) const {
+    return alpha[size_t(j < p.n ? 0 : j < 2 * p.n ? 1 : 2)];
+  }
+};
+
+// dh_pre[t,i] = sum_d dh_in[t,d] x[t,i,d]
+template <class R> Tensor dh_pre(const Problem& p, const TensorMap& in, Precision prec) {
+  const Tensor &x = dep(in, "x"), &dhin = dep(in, "dh_in");
+  const int64_t T = p.T(), n = p.n, D = p.D;
+  std::vector<R> r(static_cast<size_t>(T * n));
+#pragma omp parallel
+  {
+    std::vector<R> v(static_cast<size_t>(n * D)), g(static_cast<size_t>(D));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      row_as(x, n * D, t, v.data());
+      row_as(dhin, D, t, g.data());
+      for (int64_t i = 0; i < n; ++i) r[size_t(t * n + i)] = VecC<R>(g.data(), D).dot(VecC<R>(v.data() + i * D, D));
+    }
+  }
+  Tensor out = make_out("dh_pre", p, prec);
+  store(out, 0, r.data(), T * n);
+  return out;
+}
+
+// dh_mix[t,j] = alpha(j) g[t,j] inv_rms[t]
+template <class R> Tensor dh_mix(const Problem& p, const TensorMap& in, Precision prec) {
+  const int64_t T = p.T(), N = p.N();
+  GateGrads<R> gg(p, in);
+  As<R> ir(dep(in, "inv_rms"));
+  std::vector<R> a = all_as<R>(dep(in, "alpha")), r(static_cast<size_t>(T * N));
+  for (int64_t t = 0; t < T; ++t) {
+    R* g = &r[size_t(t * N)];
+    gg(t, g);
+    for (int64_t j = 0; j < N; ++j) g[j] = gg.alpha_of(a, j) * g[j] * ir.p[t];
+  }
+  Tensor out = make_out("dh_mix", p, prec);
+  store(out, 0, r.data(), T * N);
+  return out;
+}
+
+// dinv_rms[t] = sum_j alpha(j) g[t,j] h_mix[t,j]
+template <class R> Tensor dinv_rms(const Problem& p, const TensorMap& in, Precision prec) {
+  const int64_t T = p.T(), N = p.N();
+  GateGrads<R> gg(p, in);
+  As<R> hm(dep(in, "h_mix"));
+  std::vector<R> a = all_as<R>(dep(in, "alpha")), g(static_cast<size_t>(N)), r(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    gg(t, g.data());
+    R s = 0;
+    for (int64_t j = 0; j < N; ++j) s += gg.alpha_of(a, j) * g[size_t(j)] * hm.p[t * N + j];
+    r[size_t(t)] = s;
+  }
+  Tensor out = make_out("dinv_rms", p, prec);
+  store(out, 0, r.data(), T);
+  return out;
+}
+
+// dvecX[T,K] = dh_mix[T,N] · phi[N,K]
+template <class R> Tensor dvecX(const Problem& p, const TensorMap& in, Precision prec) {
+  const int64_t T = p.T(), K = p.K(), N = p.N();
+  As<R> dhm(dep(in, "dh_mix"));
+  std::vector<R> phi = all_as<R>(dep(in, "phi"));
+  Tensor out = make_out("dvecX", p, prec);
+  R* o = out.data<R>();
+#pragma omp parallel for schedule(static)
+  for (int64_t t0 = 0; t0 < T; t0 += kTokChunk) {
+    int64_t rows = std::min(kTokChunk, T - t0);
+    MapM<R>(o + t0 * K, rows, K).noalias() = MapC<R>(dhm.p + t0 * N, rows, N) * MapC<R>(phi.data(), N, K);
+  }
+  return out;
+}
+
+// dx[t,k] = dvecX[t,k] gamma[k] - dinv_rms[t] inv_rms[t]^3 / K x[t,k] + h_pre[t,i] dh_in[t,d]  (k = i*D+d)
+template <class R> Tensor dx(const Problem& p, const TensorMap& in, Precision prec) {
+  const Tensor &x = dep(in, "x"), &dhin = dep(in, "dh_in");
+  const int64_t T = p.T(), n = p.n, D = p.D, K = p.K();
+  As<R> dv(dep(in, "dvecX")), dir(dep(in, "dinv_rms")), ir(dep(in, "inv_rms")), hp(dep(in, "h_pre"));
+  std::vector<R> g = all_as<R>(dep(in, "gamma"));
+  Tensor out = make_out("dx", p, prec);
+#pragma omp parallel
+  {
+    std::vector<R> v(static_cast<size_t>(K)), gi(static_cast<size_t>(D)), r(static_cast<size_t>(K));
+#pragma omp for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      row_as(x, K, t, v.data());
+      row_as(dhin, D, t, gi.data());
+      R c = dir.p[t] * ir.p[t] * ir.p[t] * ir.p[t] / R(K);
+      for (int64_t i = 0; i < n; ++i)
+        for (int64_t d = 0; d < D; ++d) {
+          int64_t k = i * D + d;
+          r[size_t(k)] = dv.p[t * K + k] * g[size_t(k)] - c * v[size_t(k)] + hp.p[t * n + i] * gi[size_t(d)];
+        }
+      store(out, t * K, r.data(), K);
+    }
+  }
+  return out;
+}
+
+// dphi[N,K] = sum_t dh_mix[t,:]^T (x ⊙ gamma)[t,:]; per column slice, token chunks in order
+template <class R> Tensor dphi(const Problem& p, const TensorMap& in, Precision prec) {
+  const Tensor& x = dep(in, "x");
+  const int64_t T = p.T(), K = p.K(), N = p.N();
+  As<R> dhm(dep(in, "dh_mix"));
+  std::vector<R> g = all_as<R>(dep(in, "gamma"));
+  Tensor out = make_out("dphi", p, prec);
+  R* o = out.data<R>();
+#pragma omp parallel
+  {
+    std::vector<R> v(static_cast<size_t>(kRedChunk * kColSlice));
+    Mat<R> acc;
+#pragma omp for schedule(static)
+    for (int64_t k0 = 0; k0 < K; k0 += kColSlice) {
+      int64_t w = std::min(kColSlice, K - k0);
+      acc.setZero(N, w);
+      for (int64_t t0 = 0; t0 < T; t0 += kRedChunk) {
+        int64_t rows = std::min(kRedChunk, T - t0);
+        block_as(x, K, t0, t0 + rows, k0, k0 + w, v.data());
+        acc.noalias() += MapC<R>(dhm.p + t0 * N, rows, N).transpose() * MapC<R>(v.data(), rows, w);
+      }
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t c = 0; c < w; ++c) o[j * K + k0 + c] = acc(j, c) * g[size_t(k0 + c)];
+    }
+  }
+  return out;
+}
+
+// dalpha[3] = sum_t [g_pre·t_pre, g_post·t_post, g_res·t_res], t = h_mix·inv_rms
+template <class R> Tensor dalpha(const Problem& p, const TensorMap& in, Precision prec) {
+  const int64_t T = p.T(), N = p.N(), n = p.n;
+  GateGrads<R> gg(p, in);
+  As<R> hm(dep(in, "h_mix")), ir(dep(in, "inv_rms"));
+  std::vector<R> per(static_cast<size_t>(T * 3)), g(static_cast<size_t>(N));
+  for (int64_t t = 0; t < T; ++t) {
+    gg(t, g.data());
+    R s[3] = {0, 0, 0};
+    for (int64_t j = 0; j < N; ++j) s[j < n ? 0 : j < 2 * n ? 1 : 2] += g[size_t(j)] * hm.p[t * N + j] * ir.p[t];
+    for (int k = 0; k < 3; ++k) per[size_t(t * 3 + k)] = s[k];
+  }
+  R r[3];
+  for (int k = 0; k < 3; ++k) r[k] = pairwise_sum(per.data() + k, T, 3);
+  Tensor out = make_out("dalpha", p, prec);
+  store(out, 0, r, 3);
+  return out;
+}
+
+// dbias[N] = sum_t g[t,:]
+template <class R> Tensor dbias(const Problem& p, const TensorMap& in, Precision prec) {
+  const int64_t T = p.T(), N = p.N();
+  GateGrads<R> gg(p, in);
+  std::vector<R> per(static_cast<size_t>(T * N)), r(static_cast<size_t>(N));
+  for (int64_t t = 0; t < T; ++t) gg(t, &per[size_t(t * N)]);
+  for (int64_t j = 0; j < N; ++j) r[size_t(j)] = pairwise_sum(per.data() + j, T, N);
+  Tensor out = make_out("dbias", p, prec);
+  store(out, 0, r.data(), N);
+  return out;
+}
+
+// dgamma[K] = sum_t x[t,k] dvecX[t,k]; per column slice, tokens in order
+template <class R> Tensor dgamma(const Problem& p, const TensorMap& in, Precision prec) {
+  const Tensor& x = dep(in, "x");
+  const int64_t T = p.T(), K = p.K();
+  As<R> dv(dep(in, "dvecX"));
+  Tensor out = make_out("dgamma", p, prec);
+  R* o = out.data<R>();
+#pragma omp parallel
+  {
+    std::vector<R> v(static_cast<size_t>(kRedChunk * kColSlice));
+#pragma omp for schedule(static)
+    for (int64_t k0 = 0; k0 < K; k0 += kColSlice) {
+      int64_t w = std::min(kColSlice, K - k0);
+      std::fill(o + k0, o + k0 + w, R(0));
+      for (int64_t t0 = 0; t0 < T; t0 += kRedChunk) {
+        int64_t rows = std::min(kRedChunk, T - t0);
+        block_as(x, K, t0, t0 + rows, k0, k0 + w, v.data());
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < w; ++c) o[k0 + c] += v[size_t(r * w + c)] * dv.p[(t0 + r) * K + k0 + c];
+      }
+    }
+  }
+  return out;
+}
+
+template <class R> Tensor compute(const std::string& s, const Problem& p, const TensorMap& in, Precision prec) {
+  if (s == "inv_rms") return inv_rms<R>(p, in, prec);
+  if (s == "h_mix") return h_mix<R>(p, in, prec);
+  if (s == "h_pre" || s == "h_post" || s == "h_res") return gate<R>(stage(s).name, p, in, prec);
+  if (s == "h_in") return h_in<R>(p, in, prec);
+  if (s == "dh_pre") return dh_pre<R>(p, in, prec);
+  if (s == "dh_mix") return dh_mix<R>(p, in, prec);
+  if (s == "dinv_rms") return dinv_rms<R>(p, in, prec);
+  if (s == "dvecX") return dvecX<R>(p, in, prec);
+  if (s == "dx") return dx<R>(p, in, prec);
+  if (s == "dphi") return dphi<R>(p, in, prec);
+  if (s == "dalpha") return dalpha<R>(p, in, prec);
+  if (s == "dbias") return dbias<R>(p, in, prec);
+  if (s == "dgamma") return dgamma<R>(p, in, prec);
+  MHC_CHECK(false, "no CPU function for stage ", s);
+}
+
+}  // namespace
+
+Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in, Precision prec) {
+  return prec == Precision::fp32 ? compute<float>(name, p, in, prec) : compute<double>(name, p, in, prec);
+}
+
+void cpu_run(Case& c, Precision prec, Pass pass) {
+  for (const Stage& s : stage_table()) {
+    bool want = s.group == Group::forward ? pass != Pass::bwd
+                : s.group == Group::backward ? pass != Pass::fwd && c.has_gradients()
+                                             : false;
+    if (!want) continue;
+    c.t[s.name] = cpu_stage(s.name, c.prob, c.t, prec);
+  }
+  c.attrs["backend"] = "cpu";
+  c.attrs["precision"] = precision_name(prec);
+}
+
+}  // namespace mhc
