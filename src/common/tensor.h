@@ -24,10 +24,20 @@ template <> constexpr DType dtype_of<bf16>() { return DType::bf16; }
 template <> constexpr DType dtype_of<float>() { return DType::f32; }
 template <> constexpr DType dtype_of<double>() { return DType::f64; }
 
+// Leaves elements uninitialised: every producer writes every element of its tensors, and
+// skipping the zero fill saves a pass over memory on the large ones.
+template <class T> struct NoInit : std::allocator<T> {
+  template <class U> struct rebind {
+    using other = NoInit<U>;
+  };
+  template <class U> void construct(U* p) noexcept { ::new (static_cast<void*>(p)) U; }
+  template <class U, class... A> void construct(U* p, A&&... a) { ::new (static_cast<void*>(p)) U(std::forward<A>(a)...); }
+};
+
 struct Tensor {
   Shape shape;
   DType dtype = DType::f32;
-  std::vector<unsigned char> bytes;
+  std::vector<unsigned char, NoInit<unsigned char>> bytes;
 
   Tensor() = default;
   Tensor(Shape s, DType t) : shape(std::move(s)), dtype(t), bytes(size_t(numel(shape)) * dtype_size(t)) {}

@@ -11,6 +11,8 @@ namespace mhc {
 
 // Computes stage `name` from its dependencies in `in` (any float dtype; converted as needed).
 Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in, Precision prec);
+// The same into `out`, reusing its memory when its shape and dtype already fit.
+void cpu_stage_into(const std::string& name, const Problem& p, const TensorMap& in, Precision prec, Tensor& out);
 
 // Computes the stages of `pass` (backward needs the gradients and, alone, the forward stages).
 void cpu_run(Case& c, Precision prec, Pass pass = Pass::both);

@@ -71,10 +71,6 @@ template <class R> struct As {
   }
 };
 
-Tensor make_out(const char* name, const Problem& p, Precision prec) {
-  return Tensor(stage_shape(stage(name), p), stored_dtype(stage(name), prec));
-}
-
 // out.flat[offset .. offset+len) = src, rounded to out's dtype (bf16 stages) or copied.
 template <class R> void store(Tensor& out, int64_t offset, const R* src, int64_t len) {
   if (out.dtype == DType::bf16) {
@@ -102,7 +98,7 @@ template <class R> R sigmoid(R z) { return R(1) / (R(1) + std::exp(-z)); }
 // ---------------------------------------------------------------- forward
 
 // inv_rms[t] = 1/sqrt(mean_k x[t,k]^2 + norm_eps); x is [T,K]
-template <class R> Tensor inv_rms(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void inv_rms(const Problem& p, const TensorMap& in, Tensor& out) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), K = p.K();
   std::vector<R> r(static_cast<size_t>(T));
@@ -116,19 +112,16 @@ template <class R> Tensor inv_rms(const Problem& p, const TensorMap& in, Precisi
       r[size_t(t)] = R(1) / std::sqrt(ms + R(p.norm_eps));
     }
   }
-  Tensor out = make_out("inv_rms", p, prec);
   store(out, 0, r.data(), T);
-  return out;
 }
 
 // h_mix[T,N] = (x ⊙ gamma)[T,K] · phi[N,K]^T, gamma folded into phi
-template <class R> Tensor h_mix(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void h_mix(const Problem& p, const TensorMap& in, Tensor& out) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), K = p.K(), N = p.N();
   std::vector<R> pg = all_as<R>(dep(in, "phi")), g = all_as<R>(dep(in, "gamma"));
   for (int64_t j = 0; j < N; ++j)
     for (int64_t k = 0; k < K; ++k) pg[size_t(j * K + k)] *= g[size_t(k)];
-  Tensor out = make_out("h_mix", p, prec);
   R* h = out.data<R>();
 #pragma omp parallel
   {
@@ -140,11 +133,10 @@ template <class R> Tensor h_mix(const Problem& p, const TensorMap& in, Precision
       MapM<R>(h + t0 * N, rows, N).noalias() = MapC<R>(v.data(), rows, K) * MapC<R>(pg.data(), N, K).transpose();
     }
   }
-  return out;
 }
 
 // The three gates read t = h_mix·inv_rms; `first` is the group's first row of phi.
-template <class R> Tensor gate(const char* name, const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void gate(const char* name, const Problem& p, const TensorMap& in, Tensor& out) {
   const int64_t T = p.T(), N = p.N(), n = p.n;
   As<R> hm(dep(in, "h_mix")), ir(dep(in, "inv_rms"));
   std::vector<R> a = all_as<R>(dep(in, "alpha")), b = all_as<R>(dep(in, "bias"));
@@ -156,17 +148,14 @@ template <class R> Tensor gate(const char* name, const Problem& p, const TensorM
       R z = a[size_t(which)] * (hm.p[t * N + first + j] * ir.p[t]) + b[size_t(first + j)];
       r[size_t(t * width + j)] = which == 0 ? sigmoid(z) + R(p.hc_eps) : which == 1 ? R(2) * sigmoid(z) : z;
     }
-  Tensor out = make_out(name, p, prec);
   store(out, 0, r.data(), T * width);
-  return out;
 }
 
 // h_in[t,d] = sum_i h_pre[t,i] x[t,i,d]
-template <class R> Tensor h_in(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void h_in(const Problem& p, const TensorMap& in, Tensor& out) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), n = p.n, D = p.D;
   As<R> hp(dep(in, "h_pre"));
-  Tensor out = make_out("h_in", p, prec);
 #pragma omp parallel
   {
     std::vector<R> v(static_cast<size_t>(n * D)), acc(static_cast<size_t>(D));
@@ -179,7 +168,6 @@ template <class R> Tensor h_in(const Problem& p, const TensorMap& in, Precision 
       store(out, t * D, acc.data(), D);
     }
   }
-  return out;
 }
 
 // ---------------------------------------------------------------- backward
@@ -208,7 +196,7 @@ template <class R> struct GateGrads {
 };
 
 // dh_pre[t,i] = sum_d dh_in[t,d] x[t,i,d]
-template <class R> Tensor dh_pre(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void dh_pre(const Problem& p, const TensorMap& in, Tensor& out) {
   const Tensor &x = dep(in, "x"), &dhin = dep(in, "dh_in");
   const int64_t T = p.T(), n = p.n, D = p.D;
   std::vector<R> r(static_cast<size_t>(T * n));
@@ -222,13 +210,11 @@ template <class R> Tensor dh_pre(const Problem& p, const TensorMap& in, Precisio
       for (int64_t i = 0; i < n; ++i) r[size_t(t * n + i)] = VecC<R>(g.data(), D).dot(VecC<R>(v.data() + i * D, D));
     }
   }
-  Tensor out = make_out("dh_pre", p, prec);
   store(out, 0, r.data(), T * n);
-  return out;
 }
 
 // dh_mix[t,j] = alpha(j) g[t,j] inv_rms[t]
-template <class R> Tensor dh_mix(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void dh_mix(const Problem& p, const TensorMap& in, Tensor& out) {
   const int64_t T = p.T(), N = p.N();
   GateGrads<R> gg(p, in);
   As<R> ir(dep(in, "inv_rms"));
@@ -238,13 +224,11 @@ template <class R> Tensor dh_mix(const Problem& p, const TensorMap& in, Precisio
     gg(t, g);
     for (int64_t j = 0; j < N; ++j) g[j] = gg.alpha_of(a, j) * g[j] * ir.p[t];
   }
-  Tensor out = make_out("dh_mix", p, prec);
   store(out, 0, r.data(), T * N);
-  return out;
 }
 
 // dinv_rms[t] = sum_j alpha(j) g[t,j] h_mix[t,j]
-template <class R> Tensor dinv_rms(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void dinv_rms(const Problem& p, const TensorMap& in, Tensor& out) {
   const int64_t T = p.T(), N = p.N();
   GateGrads<R> gg(p, in);
   As<R> hm(dep(in, "h_mix"));
@@ -255,33 +239,28 @@ template <class R> Tensor dinv_rms(const Problem& p, const TensorMap& in, Precis
     for (int64_t j = 0; j < N; ++j) s += gg.alpha_of(a, j) * g[size_t(j)] * hm.p[t * N + j];
     r[size_t(t)] = s;
   }
-  Tensor out = make_out("dinv_rms", p, prec);
   store(out, 0, r.data(), T);
-  return out;
 }
 
 // dvecX[T,K] = dh_mix[T,N] · phi[N,K]
-template <class R> Tensor dvecX(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void dvecX(const Problem& p, const TensorMap& in, Tensor& out) {
   const int64_t T = p.T(), K = p.K(), N = p.N();
   As<R> dhm(dep(in, "dh_mix"));
   std::vector<R> phi = all_as<R>(dep(in, "phi"));
-  Tensor out = make_out("dvecX", p, prec);
   R* o = out.data<R>();
 #pragma omp parallel for schedule(static)
   for (int64_t t0 = 0; t0 < T; t0 += kTokChunk) {
     int64_t rows = std::min(kTokChunk, T - t0);
     MapM<R>(o + t0 * K, rows, K).noalias() = MapC<R>(dhm.p + t0 * N, rows, N) * MapC<R>(phi.data(), N, K);
   }
-  return out;
 }
 
 // dx[t,k] = dvecX[t,k] gamma[k] - dinv_rms[t] inv_rms[t]^3 / K x[t,k] + h_pre[t,i] dh_in[t,d]  (k = i*D+d)
-template <class R> Tensor dx(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void dx(const Problem& p, const TensorMap& in, Tensor& out) {
   const Tensor &x = dep(in, "x"), &dhin = dep(in, "dh_in");
   const int64_t T = p.T(), n = p.n, D = p.D, K = p.K();
   As<R> dv(dep(in, "dvecX")), dir(dep(in, "dinv_rms")), ir(dep(in, "inv_rms")), hp(dep(in, "h_pre"));
   std::vector<R> g = all_as<R>(dep(in, "gamma"));
-  Tensor out = make_out("dx", p, prec);
 #pragma omp parallel
   {
     std::vector<R> v(static_cast<size_t>(K)), gi(static_cast<size_t>(D)), r(static_cast<size_t>(K));
@@ -298,16 +277,14 @@ template <class R> Tensor dx(const Problem& p, const TensorMap& in, Precision pr
       store(out, t * K, r.data(), K);
     }
   }
-  return out;
 }
 
 // dphi[N,K] = sum_t dh_mix[t,:]^T (x ⊙ gamma)[t,:]; per column slice, token chunks in order
-template <class R> Tensor dphi(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void dphi(const Problem& p, const TensorMap& in, Tensor& out) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), K = p.K(), N = p.N();
   As<R> dhm(dep(in, "dh_mix"));
   std::vector<R> g = all_as<R>(dep(in, "gamma"));
-  Tensor out = make_out("dphi", p, prec);
   R* o = out.data<R>();
 #pragma omp parallel
   {
@@ -326,11 +303,10 @@ template <class R> Tensor dphi(const Problem& p, const TensorMap& in, Precision 
         for (int64_t c = 0; c < w; ++c) o[j * K + k0 + c] = acc(j, c) * g[size_t(k0 + c)];
     }
   }
-  return out;
 }
 
 // dalpha[3] = sum_t [g_pre·t_pre, g_post·t_post, g_res·t_res], t = h_mix·inv_rms
-template <class R> Tensor dalpha(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void dalpha(const Problem& p, const TensorMap& in, Tensor& out) {
   const int64_t T = p.T(), N = p.N(), n = p.n;
   GateGrads<R> gg(p, in);
   As<R> hm(dep(in, "h_mix")), ir(dep(in, "inv_rms"));
@@ -343,29 +319,24 @@ template <class R> Tensor dalpha(const Problem& p, const TensorMap& in, Precisio
   }
   R r[3];
   for (int k = 0; k < 3; ++k) r[k] = pairwise_sum(per.data() + k, T, 3);
-  Tensor out = make_out("dalpha", p, prec);
   store(out, 0, r, 3);
-  return out;
 }
 
 // dbias[N] = sum_t g[t,:]
-template <class R> Tensor dbias(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void dbias(const Problem& p, const TensorMap& in, Tensor& out) {
   const int64_t T = p.T(), N = p.N();
   GateGrads<R> gg(p, in);
   std::vector<R> per(static_cast<size_t>(T * N)), r(static_cast<size_t>(N));
   for (int64_t t = 0; t < T; ++t) gg(t, &per[size_t(t * N)]);
   for (int64_t j = 0; j < N; ++j) r[size_t(j)] = pairwise_sum(per.data() + j, T, N);
-  Tensor out = make_out("dbias", p, prec);
   store(out, 0, r.data(), N);
-  return out;
 }
 
 // dgamma[K] = sum_t x[t,k] dvecX[t,k]; per column slice, tokens in order
-template <class R> Tensor dgamma(const Problem& p, const TensorMap& in, Precision prec) {
+template <class R> void dgamma(const Problem& p, const TensorMap& in, Tensor& out) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), K = p.K();
   As<R> dv(dep(in, "dvecX"));
-  Tensor out = make_out("dgamma", p, prec);
   R* o = out.data<R>();
 #pragma omp parallel
   {
@@ -382,30 +353,39 @@ template <class R> Tensor dgamma(const Problem& p, const TensorMap& in, Precisio
       }
     }
   }
-  return out;
 }
 
-template <class R> Tensor compute(const std::string& s, const Problem& p, const TensorMap& in, Precision prec) {
-  if (s == "inv_rms") return inv_rms<R>(p, in, prec);
-  if (s == "h_mix") return h_mix<R>(p, in, prec);
-  if (s == "h_pre" || s == "h_post" || s == "h_res") return gate<R>(stage(s).name, p, in, prec);
-  if (s == "h_in") return h_in<R>(p, in, prec);
-  if (s == "dh_pre") return dh_pre<R>(p, in, prec);
-  if (s == "dh_mix") return dh_mix<R>(p, in, prec);
-  if (s == "dinv_rms") return dinv_rms<R>(p, in, prec);
-  if (s == "dvecX") return dvecX<R>(p, in, prec);
-  if (s == "dx") return dx<R>(p, in, prec);
-  if (s == "dphi") return dphi<R>(p, in, prec);
-  if (s == "dalpha") return dalpha<R>(p, in, prec);
-  if (s == "dbias") return dbias<R>(p, in, prec);
-  if (s == "dgamma") return dgamma<R>(p, in, prec);
+template <class R> void compute(const std::string& s, const Problem& p, const TensorMap& in, Tensor& out) {
+  if (s == "inv_rms") return inv_rms<R>(p, in, out);
+  if (s == "h_mix") return h_mix<R>(p, in, out);
+  if (s == "h_pre" || s == "h_post" || s == "h_res") return gate<R>(stage(s).name, p, in, out);
+  if (s == "h_in") return h_in<R>(p, in, out);
+  if (s == "dh_pre") return dh_pre<R>(p, in, out);
+  if (s == "dh_mix") return dh_mix<R>(p, in, out);
+  if (s == "dinv_rms") return dinv_rms<R>(p, in, out);
+  if (s == "dvecX") return dvecX<R>(p, in, out);
+  if (s == "dx") return dx<R>(p, in, out);
+  if (s == "dphi") return dphi<R>(p, in, out);
+  if (s == "dalpha") return dalpha<R>(p, in, out);
+  if (s == "dbias") return dbias<R>(p, in, out);
+  if (s == "dgamma") return dgamma<R>(p, in, out);
   MHC_CHECK(false, "no CPU function for stage ", s);
 }
 
 }  // namespace
 
+void cpu_stage_into(const std::string& name, const Problem& p, const TensorMap& in, Precision prec, Tensor& out) {
+  const Stage& s = stage(name);
+  Shape shape = stage_shape(s, p);
+  DType dt = stored_dtype(s, prec);
+  if (out.shape != shape || out.dtype != dt) out = Tensor(shape, dt);
+  prec == Precision::fp32 ? compute<float>(name, p, in, out) : compute<double>(name, p, in, out);
+}
+
 Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in, Precision prec) {
-  return prec == Precision::fp32 ? compute<float>(name, p, in, prec) : compute<double>(name, p, in, prec);
+  Tensor out;
+  cpu_stage_into(name, p, in, prec, out);
+  return out;
 }
 
 void cpu_run(Case& c, Precision prec, Pass pass) {
@@ -414,7 +394,7 @@ void cpu_run(Case& c, Precision prec, Pass pass) {
                 : s.group == Group::backward ? pass != Pass::fwd && c.has_gradients()
                                              : false;
     if (!want) continue;
-    c.t[s.name] = cpu_stage(s.name, c.prob, c.t, prec);
+    cpu_stage_into(s.name, c.prob, c.t, prec, c.t[s.name]);  // reuses the tensor's memory
   }
   c.attrs["backend"] = "cpu";
   c.attrs["precision"] = precision_name(prec);
