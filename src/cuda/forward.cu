@@ -1,0 +1,158 @@
+// forward.cu — the whole forward in one kernel: a block takes kFwdTok tokens and walks K
+// in tiles; x and phi*gamma tiles go through shared memory. Per block it produces
+// inv_rms, h_mix, the three gates and h_in. No atomics: every sum has a fixed order.
+#include "cuda_check.h"
+#include "kernels.h"
+
+namespace mhc::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kFwdTok = 16;  // tokens per block
+constexpr int kTileK = 64;   // K per shared-memory tile
+constexpr int kSsParts = kThreads / kFwdTok;  // threads per token in the sum of squares
+
+__device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
+
+// xs[tb][kk] = x[t0+tb, k0+kk] as float, zero outside [T,K]. 16-byte loads when K % 8 == 0.
+__device__ void load_x_tile(float (*xs)[kTileK + 1], const __nv_bfloat16* x, int64_t T, int K, int64_t t0, int k0) {
+  if (K % 8 == 0) {
+    for (int e = threadIdx.x; e < kFwdTok * kTileK / 8; e += kThreads) {
+      int tb = e / (kTileK / 8), kk = (e % (kTileK / 8)) * 8;
+      int64_t t = t0 + tb;
+      int k = k0 + kk;
+      if (t < T && k < K) {
+        uint4 raw = *reinterpret_cast<const uint4*>(x + t * K + k);
+        const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) xs[tb][kk + q] = __bfloat162float(h[q]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 8; ++q) xs[tb][kk + q] = 0.0f;
+      }
+    }
+  } else {
+    for (int e = threadIdx.x; e < kFwdTok * kTileK; e += kThreads) {
+      int tb = e / kTileK, kk = e % kTileK;
+      int64_t t = t0 + tb;
+      int k = k0 + kk;
+      xs[tb][kk] = t < T && k < K ? __bfloat162float(x[t * K + k]) : 0.0f;
+    }
+  }
+}
+
+template <int n>
+__global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
+  constexpr int N = n * n + 2 * n;
+  constexpr int kOut = (kFwdTok * N + kThreads - 1) / kThreads;  // h_mix outputs per thread
+  __shared__ float xs[kFwdTok][kTileK + 1];
+  __shared__ float ps[N][kTileK + 1];
+  __shared__ float ss_part[kFwdTok][kSsParts];
+  __shared__ float hm[kFwdTok][N];
+  __shared__ float inv[kFwdTok];
+  __shared__ float hp[kFwdTok][n];
+
+  const int K = n * p.D, tid = threadIdx.x;
+  const int64_t t0 = int64_t(blockIdx.x) * kFwdTok;
+  float acc[kOut];
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) acc[o] = 0.0f;
+  float ss = 0.0f;
+
+  for (int k0 = 0; k0 < K; k0 += kTileK) {
+    load_x_tile(xs, p.x, p.T, K, t0, k0);
+    for (int e = tid; e < N * kTileK; e += kThreads) {
+      int j = e / kTileK, kk = e % kTileK;
+      ps[j][kk] = k0 + kk < K ? p.pg[int64_t(j) * K + k0 + kk] : 0.0f;
+    }
+    __syncthreads();
+    {  // sum of squares: kSsParts threads per token, each a fixed quarter of the tile
+      int tb = tid / kSsParts, part = tid % kSsParts;
+#pragma unroll
+      for (int q = 0; q < kTileK / kSsParts; ++q) {
+        float v = xs[tb][part * (kTileK / kSsParts) + q];
+        ss = fmaf(v, v, ss);
+      }
+    }
+#pragma unroll
+    for (int o = 0; o < kOut; ++o) {
+      int idx = tid + o * kThreads;
+      if (idx < kFwdTok * N) {
+        int tb = idx / N, j = idx % N;
+        float a = acc[o];
+#pragma unroll 16
+        for (int kk = 0; kk < kTileK; ++kk) a = fmaf(xs[tb][kk], ps[j][kk], a);
+        acc[o] = a;
+      }
+    }
+    __syncthreads();
+  }
+
+  ss_part[tid / kSsParts][tid % kSsParts] = ss;
+#pragma unroll
+  for (int o = 0; o < kOut; ++o) {
+    int idx = tid + o * kThreads;
+    if (idx < kFwdTok * N) hm[idx / N][idx % N] = acc[o];
+  }
+  __syncthreads();
+  if (tid < kFwdTok) {
+    float s = 0.0f;
+    for (int q = 0; q < kSsParts; ++q) s += ss_part[tid][q];
+    inv[tid] = 1.0f / sqrtf(s / float(K) + p.norm_eps);
+    if (t0 + tid < p.T) p.inv_rms[t0 + tid] = inv[tid];
+  }
+  __syncthreads();
+
+  for (int idx = tid; idx < kFwdTok * N; idx += kThreads) {
+    int tb = idx / N, j = idx % N;
+    int64_t t = t0 + tb;
+    if (t >= p.T) continue;
+    float h = hm[tb][j];
+    p.h_mix[t * N + j] = h;
+    float tt = h * inv[tb];
+    if (j < n) {
+      float v = sigmoid(p.alpha[0] * tt + p.bias[j]) + p.hc_eps;
+      p.h_pre[t * n + j] = v;
+      hp[tb][j] = v;
+    } else if (j < 2 * n) {
+      p.h_post[t * n + j - n] = 2.0f * sigmoid(p.alpha[1] * tt + p.bias[j]);
+    } else {
+      p.h_res[t * n * n + j - 2 * n] = p.alpha[2] * tt + p.bias[j];
+    }
+  }
+  __syncthreads();
+
+  for (int tb = 0; tb < kFwdTok && t0 + tb < p.T; ++tb) {
+    int64_t t = t0 + tb;
+    for (int d = tid; d < p.D; d += kThreads) {
+      float a = 0.0f;
+#pragma unroll
+      for (int i = 0; i < n; ++i) a = fmaf(hp[tb][i], __bfloat162float(p.x[t * K + i * p.D + d]), a);
+      p.h_in[t * p.D + d] = __float2bfloat16_rn(a);
+    }
+  }
+}
+
+template <int n> void launch(const FwdParams& p, cudaStream_t s) {
+  dim3 grid(unsigned((p.T + kFwdTok - 1) / kFwdTok));
+  forward_kernel<n><<<grid, kThreads, 0, s>>>(p);
+  CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void launch_forward(const FwdParams& p, cudaStream_t s) {
+  switch (p.n) {
+    case 1: return launch<1>(p, s);
+    case 2: return launch<2>(p, s);
+    case 3: return launch<3>(p, s);
+    case 4: return launch<4>(p, s);
+    case 5: return launch<5>(p, s);
+    case 6: return launch<6>(p, s);
+    case 7: return launch<7>(p, s);
+    case 8: return launch<8>(p, s);
+  }
+  throw std::logic_error("launch_forward: n out of range");
+}
+
+}  // namespace mhc::cuda

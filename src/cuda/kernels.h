@@ -1,0 +1,62 @@
+// kernels.h — device-side parameter structs and kernel launchers of the CUDA backend.
+// All pointers are device pointers; token tensors are flattened to [T, ...].
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace mhc::cuda {
+
+struct FwdParams {
+  const __nv_bfloat16* x;  // [T,K]
+  const float* pg;         // [N,K] phi with gamma folded in (phi[j,k] * gamma[k])
+  const float* alpha;      // [3]
+  const float* bias;       // [N]
+  float* inv_rms;          // [T]
+  float* h_mix;            // [T,N]
+  float* h_pre;            // [T,n]
+  float* h_post;           // [T,n]
+  float* h_res;            // [T,n,n]
+  __nv_bfloat16* h_in;     // [T,D]
+  int64_t T;
+  int n, D;
+  float norm_eps, hc_eps;
+};
+
+struct BwdParams {
+  const __nv_bfloat16* x;      // [T,K]
+  const __nv_bfloat16* dh_in;  // [T,D]
+  const float* dh_post;        // [T,n]
+  const float* dh_res;         // [T,n*n]
+  const float* phi;            // [N,K]
+  const float* gamma;          // [K]
+  const float* alpha;          // [3]
+  const float* inv_rms;        // [T]
+  const float* h_mix;          // [T,N]
+  const float* h_pre;          // [T,n]
+  const float* h_post;         // [T,n]
+  float* dh_pre;               // [T,n]
+  float* dh_mix;               // [T,N]
+  float* dinv_rms;             // [T]
+  float* dvecX;                // [T,K], or nullptr when not dumped
+  __nv_bfloat16* dx;           // [T,K]
+  float* g_tok;                // [T,N]  per-token gate gradients (dbias terms)
+  float* a_tok;                // [T,3]  per-token dalpha terms
+  float* partial;              // [splits,N,K] partial sums over token splits
+  float* dphi;                 // [N,K]
+  float* dalpha;               // [3]
+  float* dbias;                // [N]
+  float* dgamma;               // [K]
+  int64_t T;
+  int n, D, splits;
+  float hc_eps;
+};
+
+// Number of token splits of the dphi/dgamma reduction: a function of the shape only,
+// so results are the same bits on every device.
+int token_splits(int64_t T, int64_t K);
+
+void launch_forward(const FwdParams& p, cudaStream_t s);
+void launch_backward(const BwdParams& p, cudaStream_t s);
+
+}  // namespace mhc::cuda
