@@ -1,0 +1,17 @@
+#!/bin/bash
+# device_run.sh — on a GPU machine: build with CUDA, run the whole test suite (GPU tests
+# included), then benchmark. Logs go to $OUT (or ./device-out). Usage: bash bench/device_run.sh
+set -uo pipefail
+out=${OUT:-device-out}
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$out/gpu.txt"
+cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMHC_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES="${ARCH:-90}" \
+  > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
+cmake --build build-gpu -j"$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" -A5 "$out/build.log" | head -60; exit 1; }
+build-gpu/mhc --version
+(cd build-gpu && ctest --output-on-failure -j1 ${CTEST_ARGS:-}) 2>&1 | tee "$out/ctest.log" | tail -40
+for shape in ${SHAPES:-4096,4,2560 16384,4,4096 65536,4,2560 4096,8,4096}; do
+  for pass in fwd bwd both; do
+    build-gpu/mhc bench --backend cuda --shape "$shape" --pass $pass --repeat 20 --warmup 3 --json
+  done
+done 2>&1 | tee "$out/bench.jsonl"

@@ -1,0 +1,184 @@
+// test_cli.cpp — the command line: bad input gets one line, status 2, and nothing lost.
+#include <doctest/doctest.h>
+
+#include <H5Cpp.h>
+
+#include <algorithm>
+
+#include "h5io.h"
+#include "support.h"
+
+using namespace mhc;
+
+namespace {
+
+void remove_dataset(const std::string& file, const std::string& path) {
+  H5::H5File f(file, H5F_ACC_RDWR);
+  f.unlink(path);
+}
+
+// Replaces a dataset by float64 (or int32) data of any shape.
+void replace_dataset(const std::string& file, const std::string& path, const Shape& shape, double fill,
+                     bool as_int = false) {
+  H5::H5File f(file, H5F_ACC_RDWR);
+  if (H5Lexists(f.getId(), path.c_str(), H5P_DEFAULT) > 0) f.unlink(path);
+  std::vector<hsize_t> dims(shape.begin(), shape.end());
+  H5::DataSpace sp(int(dims.size()), dims.data());
+  std::vector<double> v(size_t(numel(shape)), fill);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = fill * double(i % 7 + 1) / 8;  // bf16-exact for fill = 1
+  if (as_int) {
+    std::vector<int> iv(v.size(), 1);
+    f.createDataSet(path, H5::PredType::STD_I32LE, sp).write(iv.data(), H5::PredType::NATIVE_INT);
+  } else {
+    f.createDataSet(path, H5::PredType::IEEE_F64LE, sp).write(v.data(), H5::PredType::NATIVE_DOUBLE);
+  }
+}
+
+struct Bad {
+  std::string dir, in, out;
+  explicit Bad(const std::string& name, bool grads = true) : dir(test::tmpdir("cli_" + name)) {
+    in = dir + "/in.h5", out = dir + "/out.h5";
+    save_case(in, generate_case(parse_shape("4,4,8"), 2, grads));
+  }
+  // Runs mhc, expects status 2 with one line naming `what`, and no output left behind.
+  void expect_error(const std::string& args, const std::vector<std::string>& what) const {
+    std::string before = test::read_bytes(in);
+    auto r = test::sh(test::mhc(args));
+    CAPTURE(args);
+    CAPTURE(r.err);
+    CHECK(r.rc == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.rfind("mhc: error: ", 0) == 0);
+    for (auto& w : what) CHECK(r.err.find(w) != std::string::npos);
+    CHECK(!std::filesystem::exists(out));
+    CHECK(test::read_bytes(in) == before);
+    for (auto& e : std::filesystem::directory_iterator(dir))  // no temporary files left
+      CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+  }
+  std::string run() const { return "run " + in + " " + out; }
+};
+
+}  // namespace
+
+TEST_SUITE("cli") {
+  TEST_CASE("missing, non-HDF5 and truncated files") {
+    Bad b("files");
+    b.expect_error("run " + b.dir + "/nope.h5 " + b.out, {"nope.h5", "cannot open", "No such file"});
+    std::ofstream(b.dir + "/text.h5") << "not hdf5\n";
+    b.expect_error("run " + b.dir + "/text.h5 " + b.out, {"text.h5", "not an HDF5 file"});
+    std::string whole = test::read_bytes(b.in);
+    std::ofstream(b.dir + "/half.h5", std::ios::binary) << whole.substr(0, whole.size() / 2);
+    b.expect_error("run " + b.dir + "/half.h5 " + b.out, {"half.h5", "truncated"});
+  }
+
+  TEST_CASE("missing dataset, wrong rank, wrong shape, non-float data") {
+    {
+      Bad b("missing");
+      remove_dataset(b.in, "/inputs/phi");
+      b.expect_error(b.run(), {"in.h5", "/inputs/phi", "missing dataset", "float32 [N,K] = [24,32]"});
+    }
+    {
+      Bad b("rank");
+      replace_dataset(b.in, "/inputs/x", {4, 32}, 1);
+      b.expect_error(b.run(), {"/inputs/x", "expected rank 3 [T,n,D] or 4 [B,S,n,D], found [4,32]"});
+    }
+    {
+      Bad b("shape");
+      replace_dataset(b.in, "/inputs/bias", {25}, 1);
+      b.expect_error(b.run(), {"/inputs/bias", "expected shape [N] = [24]", "found [25]"});
+    }
+    {
+      Bad b("phi_cols");
+      replace_dataset(b.in, "/inputs/phi", {24, 33}, 0.01);
+      b.expect_error(b.run(), {"/inputs/phi", "x gives n*D = 32 but phi has 33 columns"});
+    }
+    {
+      Bad b("int");
+      replace_dataset(b.in, "/inputs/alpha", {3}, 1, true);
+      b.expect_error(b.run(), {"/inputs/alpha", "expected a floating-point dataset, found integer"});
+    }
+  }
+
+  TEST_CASE("zero-size dimensions, NaN/Inf, partial gradients") {
+    {
+      Bad b("zero");
+      replace_dataset(b.in, "/inputs/x", {0, 4, 8}, 1);
+      b.expect_error(b.run(), {"/inputs/x", "zero-size dimension in [0,4,8]"});
+    }
+    {
+      Bad b("nan");
+      replace_dataset(b.in, "/inputs/gamma", {4, 8}, NAN);
+      b.expect_error(b.run(), {"/inputs/gamma", "32 NaN and 0 Inf values", "--allow-nonfinite"});
+      auto ok = test::sh(test::mhc("run -q --allow-nonfinite " + b.run().substr(4)));
+      CHECK(ok.rc == 0);
+      CHECK(std::filesystem::exists(b.out));
+    }
+    {
+      Bad b("grads");
+      remove_dataset(b.in, "/inputs/dh_res");
+      b.expect_error(b.run(), {"in.h5: /inputs: 2 of the 3 gradients", "backward needs all three"});
+    }
+  }
+
+  TEST_CASE("outputs: never the input, never clobbered, never partial") {
+    Bad b("outputs");
+    b.expect_error("run " + b.in + " " + b.in, {"output is the input file"});
+    b.expect_error("run " + b.in + " " + b.dir + "/../" + std::filesystem::path(b.dir).filename().string() + "/in.h5",
+                   {"output is the input file"});
+    b.expect_error("run " + b.in + " " + b.dir + "/no/such/dir/out.h5", {"directory", "does not exist"});
+    b.expect_error("run " + b.in + " /proc/out.h5", {"/proc/out.h5", "cannot create files in /proc"});
+    std::ofstream(b.out) << "precious";
+    auto r = test::sh(test::mhc(b.run()));
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("exists (use --force to replace it)") != std::string::npos);
+    CHECK(test::read_bytes(b.out) == "precious");
+    CHECK(test::sh(test::mhc("run -q --force " + b.run().substr(4))).rc == 0);
+    CHECK(load_case(b.out, LoadOptions{}, true).has("dgamma"));
+  }
+
+  TEST_CASE("forward-only inputs give a forward-only output") {
+    Bad b("fwd", false);
+    CHECK(test::sh(test::mhc("run -q " + b.run().substr(4))).rc == 0);
+    Case c = load_case(b.out, LoadOptions{}, true);
+    CHECK(c.has("h_in"));
+    CHECK(!c.has("dx"));
+  }
+
+  TEST_CASE("usage errors, --help with examples, --version") {
+    auto r = test::sh(test::mhc("run --backend tpu a.h5 b.h5"));
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("unknown backend 'tpu'") != std::string::npos);
+    CHECK(test::sh(test::mhc("gen --shape 4,0,3 x.h5")).rc == 2);
+    CHECK(test::sh(test::mhc("frobnicate")).rc == 2);
+    for (const char* sub : {"gen", "run", "inspect", "bench", "diff"}) {
+      auto h = test::sh(test::mhc(std::string(sub) + " --help"));
+      CAPTURE(sub);
+      CHECK(h.rc == 0);
+      CHECK(h.out.find("mhc " + std::string(sub)) != std::string::npos);  // an example line
+    }
+    auto v = test::sh(test::mhc("--version"));
+    CHECK(v.rc == 0);
+    CHECK(v.out.rfind("mhc 0.", 0) == 0);
+  }
+
+  TEST_CASE("gen, run and inspect agree with the library") {
+    std::string dir = test::tmpdir("cli_gen");
+    CHECK(test::sh(test::mhc("gen --shape 2,5,4,6 --seed 3 " + dir + "/in.h5")).rc == 0);
+    Case in = load_case(dir + "/in.h5", LoadOptions{}, false);
+    Case direct = generate_case(parse_shape("2,5,4,6"), 3, true);
+    for (auto& [name, t] : direct.t) CHECK(in.get(name).bytes == t.bytes);
+    auto r = test::sh(test::mhc("run " + dir + "/in.h5 " + dir + "/out.h5"));
+    CHECK(r.rc == 0);
+    CHECK(r.out.find("dgamma") != std::string::npos);
+    Case out = load_case(dir + "/out.h5", LoadOptions{}, true);
+    cpu_run(direct, Precision::fp32);
+    for (auto& [name, t] : direct.t) CHECK(out.get(name).bytes == t.bytes);
+    CHECK(out.get("h_in").shape == Shape{2, 5, 6});  // the [B,S,..] layout is kept
+    auto i = test::sh(test::mhc("inspect " + dir + "/out.h5"));
+    CHECK(i.rc == 0);
+    auto line = i.out.substr(i.out.find("/backward/dx "));
+    line = line.substr(0, line.find('\n'));
+    CHECK(line.find(" [2,5,4,6] ") != std::string::npos);
+    CHECK(line.find(" bfloat16 ") != std::string::npos);
+  }
+}

@@ -1,0 +1,96 @@
+// test_cuda.cpp — the CUDA backend against the CPU golden over a sweep of shapes, bitwise
+// determinism, and clear errors. Exits 77 (ctest: skipped) when there is no CUDA device.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <doctest/doctest.h>
+
+#include <iostream>
+
+#include "cuda_backend.h"
+#include "diff.h"
+#include "support.h"
+
+using namespace mhc;
+
+namespace {
+
+Case on_cuda(const Case& in) {
+  Case c = in.inputs_only();
+  cuda_run(c, Pass::both, true);
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("cuda matches the golden within budget over the sweep") {
+  std::vector<std::string> shapes;
+  for (int n : {1, 4, 6, 8})
+    for (int D : {1, 7, 64, 2560, 4096})
+      for (int T : {1, 3, 4096}) shapes.push_back(cat(T, ",", n, ",", D));
+  for (const char* bs : {"2,3,4,64", "2,2048,4,2560", "3,5,6,7"}) shapes.push_back(bs);
+  int seed = 0;
+  for (auto& shape : shapes) {
+    CAPTURE(shape);
+    Case in = generate_case(parse_shape(shape), uint64_t(++seed), true);
+    Budget budget = measure_budget(in);
+    Case gpu = on_cuda(in);
+    DiffReport vs_oracle = diff_cases(gpu, budget.oracle, budget, {});
+    DiffReport vs_golden = diff_cases(gpu, budget.golden, budget, {});
+    INFO(report_table(vs_oracle, false));
+    CHECK(vs_oracle.match);
+    CHECK(vs_golden.match);
+    int compared = 0;
+    for (auto& s : vs_oracle.stages) compared += s.status == "ok";
+    CHECK(compared == 15);  // every stage, dvecX included
+  }
+}
+
+TEST_CASE("cuda is bitwise deterministic from run to run") {
+  for (const char* shape : {"4096,4,2560", "333,8,77"}) {
+    CAPTURE(shape);
+    Case in = generate_case(parse_shape(shape), 5, true);
+    Case a = on_cuda(in), b = on_cuda(in);
+    for (const Stage& s : stage_table()) {
+      CAPTURE(s.name);
+      CHECK(a.get(s.name).bytes == b.get(s.name).bytes);
+    }
+  }
+}
+
+TEST_CASE("dvecX only when asked; backward alone from given forward stages") {
+  Case in = generate_case(parse_shape("64,4,96"), 8, true);
+  Case c = in.inputs_only();
+  cuda_run(c, Pass::both, false);
+  CHECK(!c.has("dvecX"));
+  CHECK(c.has("dx"));
+  Case f = in.inputs_only();
+  cpu_run(f, Precision::fp32, Pass::fwd);
+  cuda_run(f, Pass::bwd, true);
+  Budget budget = measure_budget(in);
+  CHECK(diff_cases(f, budget.oracle, budget, {}).match);
+}
+
+TEST_CASE("unsupported n is a clear error") {
+  Case in = generate_case(parse_shape("2,9,4"), 1, true);
+  CHECK_THROWS_WITH_AS(cuda_run(in, Pass::both, false), "the cuda backend supports n = 1..8, this case has n = 9",
+                       UserError);
+}
+
+TEST_CASE("mhc diff cpu cuda on the example matches") {
+  auto r = test::sh(test::mhc(std::string("diff cpu cuda --input ") + MHC_SOURCE_DIR + "/data/example.h5"));
+  INFO(r.out, r.err);
+  CHECK(r.rc == 0);
+  auto g = test::sh(test::mhc("diff cuda cpu"));  // exactly as typed: a generated default case
+  INFO(g.out, g.err);
+  CHECK(g.rc == 0);
+}
+
+int main(int argc, char** argv) {
+  try {
+    std::cout << "CUDA device: " << cuda_device_name() << "\n";
+  } catch (const UserError& e) {
+    std::cout << "SKIPPED: " << e.what() << "\n";
+    return 77;
+  }
+  doctest::Context ctx(argc, argv);
+  return ctx.run();
+}

@@ -1,0 +1,200 @@
+// test_diff.cpp — mhc diff names the stage a planted fault is in, and calls the stages
+// downstream of it inherited; clean pairs match; the JSON follows its contract.
+#include <doctest/doctest.h>
+
+#include "diff.h"
+#include "h5io.h"
+#include "support.h"
+
+using namespace mhc;
+
+namespace {
+
+struct Planted {
+  Case ref;   // the golden, B
+  Case bad;   // A: the golden with a fault
+  Budget budget;
+  explicit Planted(const char* shape = "48,4,64", uint64_t seed = 21)
+      : ref(test::golden(parse_shape(shape), seed)), bad(ref), budget(measure_budget(ref)) {}
+  DiffReport diff(const DiffOptions& o = {}) const { return diff_cases(bad, ref, budget, o); }
+};
+
+const StageReport& find(const DiffReport& r, const std::string& name) {
+  for (auto& s : r.stages)
+    if (s.name == name) return s;
+  FAIL("stage not in report: " << name);
+  return r.stages.front();
+}
+
+void expect_root(const DiffReport& r, const std::string& stage) {
+  INFO(report_table(r, false));
+  CHECK(!r.match);
+  CHECK(r.first_divergent == stage);
+  CHECK(r.root_causes == std::vector<std::string>{stage});
+  CHECK(find(r, stage).status == "diverged");
+}
+
+}  // namespace
+
+TEST_SUITE("diff") {
+  TEST_CASE("inv_rms off by 1e-3 in one token, downstream recomputed from it: introduced, the rest inherited") {
+    Planted p;
+    p.bad.t["inv_rms"].set(17, p.bad.get("inv_rms").at(17) * (1 + 1e-3));
+    test::recompute_after(p.bad, "inv_rms", Precision::fp32);
+    DiffReport r = p.diff();
+    expect_root(r, "inv_rms");
+    for (const char* s : {"h_pre", "h_post", "h_res", "dh_mix"}) {
+      CAPTURE(s);
+      CHECK(find(r, s).status == "inherited");
+      CHECK(find(r, s).inherited_from != "");
+    }
+    CHECK(find(r, "h_pre").inherited_from == "inv_rms");
+    CHECK(find(r, "h_mix").status == "ok");
+    CHECK(r.verdict_line().rfind("diverged: first at inv_rms (introduced)", 0) == 0);
+    CHECK(r.verdict_line().find("inherited from inv_rms") != std::string::npos);
+  }
+
+  TEST_CASE("dphi scaled by 1+1e-4") {
+    Planted p;
+    for (int64_t i = 0; i < p.bad.get("dphi").size(); ++i) p.bad.t["dphi"].set(i, p.bad.get("dphi").at(i) * (1 + 1e-4));
+    expect_root(p.diff(), "dphi");
+  }
+
+  TEST_CASE("sign of dalpha[1] flipped") {
+    Planted p;
+    p.bad.t["dalpha"].set(1, -p.bad.get("dalpha").at(1));
+    expect_root(p.diff(), "dalpha");
+  }
+
+  TEST_CASE("one h_in element off by 2 bf16 ulps") {
+    Planted p;
+    Tensor& h = p.bad.t["h_in"];
+    int64_t i = 123;
+    while (std::fabs(h.at(i)) < 0.5) ++i;  // a typical magnitude
+    h.data<bf16>()[i].bits += 2;
+    DiffReport r = p.diff();
+    expect_root(r, "h_in");
+    CHECK(find(r, "h_in").mismatches == 1);
+  }
+
+  TEST_CASE("a NaN in dgamma") {
+    Planted p;
+    p.bad.t["dgamma"].set(5, NAN);
+    DiffReport r = p.diff();
+    expect_root(r, "dgamma");
+    CHECK(find(r, "dgamma").nan_a == 1);
+  }
+
+  TEST_CASE("dvecX wrong, dx and dgamma consistent with it: dx inherited from dvecX") {
+    Planted p;
+    p.bad.t["dvecX"].set(40, p.bad.get("dvecX").at(40) + 0.05);
+    test::recompute_after(p.bad, "dvecX", Precision::fp32);
+    DiffReport r = p.diff();
+    expect_root(r, "dvecX");
+    CHECK(find(r, "dx").status == "inherited");
+    CHECK(find(r, "dx").inherited_from == "dvecX");
+    CHECK(find(r, "dgamma").inherited_from == "dvecX");
+  }
+
+  TEST_CASE("a missing intermediate is replayed: dx wrong with dvecX absent is still introduced") {
+    Planted p;
+    p.bad.t.erase("dvecX");
+    p.bad.t["dx"].data<bf16>()[7].bits ^= 0x0100;
+    DiffReport r = p.diff();
+    expect_root(r, "dx");
+    CHECK(find(r, "dvecX").status == "missing");
+  }
+
+  TEST_CASE("clean pairs match: fp32 vs fp64, a case against itself") {
+    Planted p("33,6,20", 4);
+    Case oracle = p.ref.inputs_only();
+    cpu_run(oracle, Precision::fp64);
+    CHECK(diff_cases(p.ref, oracle, p.budget, {}).match);
+    CHECK(diff_cases(oracle, p.ref, p.budget, {}).match);
+    DiffReport self = diff_cases(p.ref, p.ref, p.budget, {});
+    CHECK(self.match);
+    for (auto& s : self.stages) CHECK(s.max_abs == 0);
+  }
+
+  TEST_CASE("fixed tolerance and per-stage overrides") {
+    Planted p;
+    for (int64_t i = 0; i < p.bad.get("dphi").size(); ++i) p.bad.t["dphi"].set(i, p.bad.get("dphi").at(i) * (1 + 1e-4));
+    DiffOptions fixed;
+    fixed.fixed = true, fixed.atol = 0, fixed.rtol = 1e-3;
+    CHECK(diff_cases(p.bad, p.ref, {}, fixed).match);
+    fixed.rtol = 1e-5;
+    CHECK(!diff_cases(p.bad, p.ref, {}, fixed).match);
+    DiffOptions per;
+    per.per_stage["dphi"] = {0, 1e-3};
+    DiffReport r = diff_cases(p.bad, p.ref, p.budget, per);
+    CHECK(r.match);
+    CHECK(find(r, "dphi").fixed);
+    CHECK(find(r, "dphi").min_atol == doctest::Approx(0).epsilon(1e-9));
+  }
+
+  TEST_CASE("command line: exit codes, missing stages, shapes, inputs, JSON contract") {
+    std::string dir = test::tmpdir("diff_cli");
+    Planted p;
+    save_case(dir + "/ref.h5", p.ref);
+    p.bad.t["dalpha"].set(1, -p.bad.get("dalpha").at(1));
+    save_case(dir + "/bad.h5", p.bad);
+    Case fwd = p.ref;
+    for (const Stage& s : stage_table())
+      if (s.group == Group::backward) fwd.t.erase(s.name);
+    save_case(dir + "/fwd.h5", fwd);
+    save_case(dir + "/other.h5", test::golden(parse_shape("8,4,64"), 1));
+
+    auto same = test::sh(test::mhc("diff " + dir + "/ref.h5 " + dir + "/ref.h5"));
+    CHECK(same.rc == 0);
+    CHECK(same.out.find("match") != std::string::npos);
+    CHECK(test::sh(test::mhc("diff cpu cpu:fp64 --input " + dir + "/ref.h5")).rc == 0);
+    CHECK(test::sh(test::mhc("diff " + dir + "/ref.h5 cpu:fp64")).rc == 0);
+
+    auto bad = test::sh(test::mhc("diff " + dir + "/bad.h5 " + dir + "/ref.h5"));
+    CHECK(bad.rc == 1);
+    CHECK(bad.out.find("diverged: first at dalpha (introduced)") != std::string::npos);
+    CHECK(bad.out.find("\033[") == std::string::npos);  // no colour when not a TTY
+
+    auto half = test::sh(test::mhc("diff " + dir + "/fwd.h5 " + dir + "/ref.h5"));
+    CHECK(half.rc == 0);
+    CHECK(half.out.find("dphi      missing    missing in A") != std::string::npos);
+
+    auto inputs = test::sh(test::mhc("diff " + dir + "/other.h5 " + dir + "/ref.h5"));
+    CHECK(inputs.rc == 2);
+    CHECK(inputs.err.find("inputs differ") != std::string::npos);
+    auto shapes = test::sh(test::mhc("diff --ignore-inputs " + dir + "/other.h5 " + dir + "/ref.h5"));
+    CHECK(shapes.rc == 1);
+    CHECK(shapes.out.find("shape [8,24] vs [48,24]") != std::string::npos);
+
+    CHECK(test::sh(test::mhc("diff " + dir + "/nope.h5 cpu")).rc == 2);
+    CHECK(test::sh(test::mhc("diff cpu cpu --tol dphi=abc")).rc == 2);
+
+    std::string check =
+        "import json,sys; r=json.load(sys.stdin); "
+        "assert r['schema']==1 and r['verdict']=='diverged' and r['first_divergent']=='dalpha', r; "
+        "assert r['root_causes']==['dalpha'], r['root_causes']; "
+        "keys={'name','status','rel_l2','max_abs','max_abs_index','mismatch_fraction','tolerance'}; "
+        "assert all(keys <= set(s) for s in r['stages']); "
+        "st={s['name']:s for s in r['stages']}; "
+        "assert st['dalpha']['status']=='diverged' and st['dphi']['status']=='ok'; "
+        "assert st['dalpha']['max_abs_index']==[1] and st['dalpha']['mismatch_fraction']>0.3; "
+        "assert all(s['status'] in ('ok','diverged','inherited','missing') for s in r['stages']); "
+        "print('json ok')";
+    auto js = test::sh(test::mhc("diff --json " + dir + "/bad.h5 " + dir + "/ref.h5") + " | " + MHC_PYTHON +
+                       " -c \"" + check + "\"");
+    CHECK(js.rc == 0);
+    CHECK(js.out == "json ok\n");
+    auto ok = test::sh(test::mhc("diff --json " + dir + "/ref.h5 cpu") + " | " + MHC_PYTHON +
+                       " -c \"import json,sys; r=json.load(sys.stdin); assert r['verdict']=='match' and "
+                       "r['first_divergent'] is None and r['root_causes']==[]; print('ok')\"");
+    CHECK(ok.out == "ok\n");
+  }
+
+  TEST_CASE("the CPU golden against the PyTorch autograd dump matches, from the command line") {
+    for (auto& e : std::filesystem::directory_iterator(MHC_TORCH_DIR)) {
+      CAPTURE(e.path().string());
+      auto r = test::sh(test::mhc("diff cpu " + e.path().string()));
+      CHECK(r.rc == 0);
+    }
+  }
+}

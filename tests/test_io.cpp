@@ -1,0 +1,87 @@
+// test_io.cpp — HDF5 round trips of every dtype, bf16 edge values, and what h5py sees.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "h5io.h"
+#include "support.h"
+
+using namespace mhc;
+
+namespace {
+
+Tensor bf16_tensor(const std::vector<uint16_t>& bits) {
+  Tensor t({int64_t(bits.size())}, DType::bf16);
+  std::memcpy(t.bytes.data(), bits.data(), bits.size() * 2);
+  return t;
+}
+
+// ±0, smallest subnormal ±, largest subnormal, smallest normal, 1, largest finite ±, ±inf, NaN
+const std::vector<uint16_t> kEdges = {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x0080, 0x3f80,
+                                      0x7f7f, 0xff7f, 0x7f80, 0xff80, 0x7fc0};
+
+}  // namespace
+
+TEST_SUITE("hdf5") {
+  TEST_CASE("round trip of bf16, float32 and float64 stages, edge values included") {
+    std::string dir = test::tmpdir("roundtrip");
+    Case c = test::golden(parse_shape("2,3,4,5"), 4);
+    c.t["h_in"] = bf16_tensor(kEdges);
+    Tensor f32({6}, DType::f32), f64({6}, DType::f64);
+    const double vals[6] = {0.0, -0.0, 1e-45, -3.4028234663852886e38, INFINITY, NAN};
+    for (int i = 0; i < 6; ++i) f32.data<float>()[i] = float(vals[i]), f64.data<double>()[i] = vals[i] * 1.0000001;
+    c.t["h_mix"] = f32;
+    c.t["dh_pre"] = f64;
+    save_case(dir + "/rt.h5", c);
+    Case r = load_case(dir + "/rt.h5", LoadOptions{}, true);
+    CHECK(r.prob.tokens == Shape{2, 3});
+    for (auto& [name, t] : c.t) {
+      CAPTURE(name);
+      REQUIRE(r.has(name));
+      CHECK(r.get(name).dtype == t.dtype);
+      CHECK(r.get(name).shape == t.shape);
+      CHECK(r.get(name).bytes == t.bytes);
+    }
+    CHECK(r.attrs.at("producer") == "mhc");
+  }
+
+  TEST_CASE("h5py reads mhc's bf16 datasets as float32, exactly") {
+    std::string dir = test::tmpdir("h5py");
+    Case c = test::golden(parse_shape("3,2,4"), 4);
+    c.t["h_in"] = bf16_tensor(kEdges);
+    save_case(dir + "/b.h5", c);
+    auto r = test::sh(std::string(MHC_PYTHON) + " -c \"import h5py,numpy as np; d=h5py.File('" + dir +
+                      "/b.h5')['/forward/h_in']; a=d[()]; print(a.dtype, ' '.join('%08x' % v for v in "
+                      "a.astype(np.float32).view(np.uint32)))\"");
+    REQUIRE(r.rc == 0);
+    std::string want = "float32";
+    for (uint16_t b : kEdges) {
+      char hex[16];
+      std::snprintf(hex, sizeof hex, " %08x", unsigned(b) << 16);
+      want += hex;
+    }
+    // every value exact; NaN stays NaN (HDF5's conversion does not keep the payload)
+    std::string nan_any = r.out.substr(0, r.out.size() - 10), last = r.out.substr(r.out.size() - 9, 8);
+    CHECK(nan_any == want.substr(0, want.size() - 9));
+    CHECK(((std::stoul(last, nullptr, 16) & 0x7f800000u) == 0x7f800000u && (std::stoul(last, nullptr, 16) & 0x7fffffu)));
+  }
+
+  TEST_CASE("inputs given as float32/float64 are rounded to bf16 with a count, or refused with --strict") {
+    std::string dir = test::tmpdir("rounding");
+    Case c = generate_case(parse_shape("2,2,3"), 1, false);
+    c.t["x"] = convert(c.get("x"), DType::f64);
+    c.t["x"].set(0, 1.0 + 0x1p-9);  // not a bf16 value
+    c.t["x"].set(1, 0.1);
+    save_case(dir + "/in.h5", c);
+    auto ok = test::sh(test::mhc("run -q " + dir + "/in.h5 " + dir + "/out.h5"));
+    CHECK(ok.rc == 0);
+    CHECK(ok.err.find("/inputs/x: 2 of 12 values rounded to bfloat16") != std::string::npos);
+    Case out = load_case(dir + "/out.h5", LoadOptions{}, true);
+    CHECK(out.get("x").dtype == DType::bf16);
+    CHECK(out.get("x").at(0) == 1.0);
+    auto strict = test::sh(test::mhc("run --strict " + dir + "/in.h5 " + dir + "/out2.h5"));
+    CHECK(strict.rc == 2);
+    CHECK(strict.err.find("/inputs/x: 2 of 12 values are not exactly representable in bfloat16") != std::string::npos);
+    CHECK(!std::filesystem::exists(dir + "/out2.h5"));
+  }
+}
