@@ -152,7 +152,7 @@ TEST_SUITE("cli") {
     CHECK(test::sh(test::mhc("frobnicate")).rc == 2);
     for (const char* sub : {"gen", "run", "inspect", "bench", "diff"}) {
       auto h = test::sh(test::mhc(std::string(sub) + " --help"));
-      CAPTURE(sub);
+      INFO("subcommand ", sub);
       CHECK(h.rc == 0);
       CHECK(h.out.find("mhc " + std::string(sub)) != std::string::npos);  // an example line
     }

@@ -29,7 +29,7 @@ TEST_CASE("cuda matches the golden within budget over the sweep") {
   for (const char* bs : {"2,3,4,64", "2,2048,4,2560", "3,5,6,7"}) shapes.push_back(bs);
   int seed = 0;
   for (auto& shape : shapes) {
-    CAPTURE(shape);
+    INFO("shape ", shape);
     Case in = generate_case(parse_shape(shape), uint64_t(++seed), true);
     Budget budget = measure_budget(in);
     Case gpu = on_cuda(in);
@@ -46,11 +46,11 @@ TEST_CASE("cuda matches the golden within budget over the sweep") {
 
 TEST_CASE("cuda is bitwise deterministic from run to run") {
   for (const char* shape : {"4096,4,2560", "333,8,77"}) {
-    CAPTURE(shape);
+    INFO("shape ", shape);
     Case in = generate_case(parse_shape(shape), 5, true);
     Case a = on_cuda(in), b = on_cuda(in);
     for (const Stage& s : stage_table()) {
-      CAPTURE(s.name);
+      INFO("stage ", s.name);
       CHECK(a.get(s.name).bytes == b.get(s.name).bytes);
     }
   }

@@ -44,7 +44,7 @@ TEST_SUITE("diff") {
     DiffReport r = p.diff();
     expect_root(r, "inv_rms");
     for (const char* s : {"h_pre", "h_post", "h_res", "dh_mix"}) {
-      CAPTURE(s);
+      INFO("stage ", s);
       CHECK(find(r, s).status == "inherited");
       CHECK(find(r, s).inherited_from != "");
     }

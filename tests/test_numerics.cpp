@@ -60,7 +60,7 @@ void check_gradient(Case c, const std::string& wrt, const std::string& grad, con
 TEST_SUITE("gradcheck") {
   TEST_CASE("finite differences of every gradient, fp64") {
     for (const char* shape : {"3,4,5", "2,3,3", "1,2,1", "2,1,2,6"}) {
-      CAPTURE(shape);
+      INFO("shape ", shape);
       Case c = fp64_case(parse_shape(shape), 11);
       // leaves: recompute the whole forward
       check_gradient(c, "x", "dx", "x");
@@ -91,12 +91,12 @@ TEST_SUITE("gradcheck") {
 TEST_SUITE("precision") {
   TEST_CASE("fp32 golden agrees with the fp64 oracle within rounding") {
     for (const char* shape : {"64,4,256", "7,6,33", "2,3,8,1"}) {
-      CAPTURE(shape);
+      INFO("shape ", shape);
       Problem p = parse_shape(shape);
       Case a = test::golden(p, 3, Precision::fp32), b = test::golden(p, 3, Precision::fp64);
       for (const Stage& s : stage_table()) {
         if (s.group == Group::inputs) continue;
-        CAPTURE(s.name);
+        INFO("stage ", s.name);
         const Tensor &x = a.get(s.name), &y = b.get(s.name);
         REQUIRE(x.dtype == s.dtype);
         REQUIRE(y.dtype == DType::f64);
@@ -140,7 +140,7 @@ TEST_SUITE("determinism") {
       omp_set_num_threads(2);
       Case two = test::golden(p, 9, prec), again = test::golden(p, 9, prec);
       for (const Stage& s : stage_table()) {
-        CAPTURE(s.name);
+        INFO("stage ", s.name);
         CHECK(one.get(s.name).bytes == two.get(s.name).bytes);
         CHECK(two.get(s.name).bytes == again.get(s.name).bytes);
       }

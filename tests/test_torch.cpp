@@ -22,7 +22,7 @@ TEST_SUITE("torch") {
       cpu_run(mine, Precision::fp64);
       for (const Stage& s : stage_table()) {
         if (s.group == Group::inputs) continue;
-        CAPTURE(s.name);
+        INFO("stage ", s.name);
         REQUIRE(ref.has(s.name));
         const Tensor &a = mine.get(s.name), &b = ref.get(s.name);
         REQUIRE(a.shape == b.shape);
