@@ -141,12 +141,18 @@ __global__ void __launch_bounds__(kThreads) param_partial(BwdParams p) {
     __syncthreads();
     for (int e = threadIdx.x; e < rows * N; e += kThreads) dhm[e / N][e % N] = p.dh_mix[(c0 + e / N) * N + e % N];
     __syncthreads();
-    if (k < K)
+    if (k < K) {  // a chunk's partial sums, then added: error grows with chunks, not tokens
+      float part[N];
+#pragma unroll
+      for (int j = 0; j < N; ++j) part[j] = 0.0f;
       for (int r = 0; r < rows; ++r) {
         float v = __bfloat162float(p.x[(c0 + r) * K + k]);
 #pragma unroll
-        for (int j = 0; j < N; ++j) acc[j] = fmaf(dhm[r][j], v, acc[j]);
+        for (int j = 0; j < N; ++j) part[j] = fmaf(dhm[r][j], v, part[j]);
       }
+#pragma unroll
+      for (int j = 0; j < N; ++j) acc[j] += part[j];
+    }
   }
   if (k < K)
 #pragma unroll

@@ -66,23 +66,25 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
       ps[j][kk] = k0 + kk < K ? p.pg[int64_t(j) * K + k0 + kk] : 0.0f;
     }
     __syncthreads();
-    {  // sum of squares: kSsParts threads per token, each a fixed quarter of the tile
+    {  // sum of squares: kSsParts threads per token, each a fixed slice of the tile
       int tb = tid / kSsParts, part = tid % kSsParts;
+      float s = 0.0f;
 #pragma unroll
       for (int q = 0; q < kTileK / kSsParts; ++q) {
         float v = xs[tb][part * (kTileK / kSsParts) + q];
-        ss = fmaf(v, v, ss);
+        s = fmaf(v, v, s);
       }
+      ss += s;
     }
 #pragma unroll
     for (int o = 0; o < kOut; ++o) {
       int idx = tid + o * kThreads;
-      if (idx < kFwdTok * N) {
+      if (idx < kFwdTok * N) {  // a tile's partial sum, then added: error grows with K/kTileK, not K
         int tb = idx / N, j = idx % N;
-        float a = acc[o];
+        float a = 0.0f;
 #pragma unroll 16
         for (int kk = 0; kk < kTileK; ++kk) a = fmaf(xs[tb][kk], ps[j][kk], a);
-        acc[o] = a;
+        acc[o] += a;
       }
     }
     __syncthreads();
