@@ -11,6 +11,7 @@ constexpr int kThreads = 256;
 constexpr int kFwdTok = 16;  // tokens per block
 constexpr int kTileK = 64;   // K per shared-memory tile
 constexpr int kSsParts = kThreads / kFwdTok;  // threads per token in the sum of squares
+constexpr int kFlush = 16;   // tiles summed before they join the total: sums are three-level
 
 __device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
@@ -54,12 +55,14 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
 
   const int K = n * p.D, tid = threadIdx.x;
   const int64_t t0 = int64_t(blockIdx.x) * kFwdTok;
-  float acc[kOut];
+  // Every sum is tile (kTileK terms) -> group of kFlush tiles -> total, so its rounding
+  // error grows like the golden's blocked sums, not like one chain over K.
+  float acc[kOut], grp[kOut];
 #pragma unroll
-  for (int o = 0; o < kOut; ++o) acc[o] = 0.0f;
-  float ss = 0.0f;
+  for (int o = 0; o < kOut; ++o) acc[o] = grp[o] = 0.0f;
+  float ss = 0.0f, ss_grp = 0.0f;
 
-  for (int k0 = 0; k0 < K; k0 += kTileK) {
+  for (int k0 = 0, tile = 1; k0 < K; k0 += kTileK, ++tile) {
     load_x_tile(xs, p.x, p.T, K, t0, k0);
     for (int e = tid; e < N * kTileK; e += kThreads) {
       int j = e / kTileK, kk = e % kTileK;
@@ -74,18 +77,23 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
         float v = xs[tb][part * (kTileK / kSsParts) + q];
         s = fmaf(v, v, s);
       }
-      ss += s;
+      ss_grp += s;
     }
 #pragma unroll
     for (int o = 0; o < kOut; ++o) {
       int idx = tid + o * kThreads;
-      if (idx < kFwdTok * N) {  // a tile's partial sum, then added: error grows with K/kTileK, not K
+      if (idx < kFwdTok * N) {
         int tb = idx / N, j = idx % N;
         float a = 0.0f;
 #pragma unroll 16
         for (int kk = 0; kk < kTileK; ++kk) a = fmaf(xs[tb][kk], ps[j][kk], a);
-        acc[o] += a;
+        grp[o] += a;
       }
+    }
+    if (tile % kFlush == 0 || k0 + kTileK >= K) {
+#pragma unroll
+      for (int o = 0; o < kOut; ++o) acc[o] += grp[o], grp[o] = 0.0f;
+      ss += ss_grp, ss_grp = 0.0f;
     }
     __syncthreads();
   }
