@@ -13,9 +13,27 @@ namespace mhc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kDxTok = 16;      // tokens per dx block (phi column reused across them)
+constexpr int kDxTok = 32;      // tokens per dx block (phi column reused across them)
 constexpr int kChunk = 32;      // dh_mix rows staged in shared memory per step
 constexpr int kSplitTok = 128;  // tokens per split at least
+
+// Rows of dh_mix in shared memory are padded to a multiple of 4 floats so the inner loops
+// read them as float4: one shared-memory load feeds four FMAs.
+template <int N> __host__ __device__ constexpr int padded() { return (N + 3) / 4 * 4; }
+
+// sum_j row[j] * w[j] + init, j in order, row read as float4 (row is 16-byte aligned, padded).
+template <int N> __device__ float dot_row(const float* row, const float (&w)[N], float init) {
+  float a = init;
+#pragma unroll
+  for (int j0 = 0; j0 < N; j0 += 4) {
+    float4 q = *reinterpret_cast<const float4*>(row + j0);
+    a = fmaf(q.x, w[j0], a);
+    if (j0 + 1 < N) a = fmaf(q.y, w[j0 + 1], a);
+    if (j0 + 2 < N) a = fmaf(q.z, w[j0 + 2], a);
+    if (j0 + 3 < N) a = fmaf(q.w, w[j0 + 3], a);
+  }
+  return a;
+}
 
 // Fixed-order tree sum over the block of one value per thread; result valid in thread 0.
 __device__ float block_sum(float v, float* red) {
@@ -86,7 +104,7 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
 template <int n>
 __global__ void __launch_bounds__(kThreads) dx_kernel(BwdParams p) {
   constexpr int N = n * n + 2 * n;
-  __shared__ float dhm[kDxTok][N];
+  __shared__ __align__(16) float dhm[kDxTok][padded<N>()];
   __shared__ float coef[kDxTok];
   __shared__ float hp[kDxTok][n];
   const int K = n * p.D;
@@ -115,9 +133,7 @@ __global__ void __launch_bounds__(kThreads) dx_kernel(BwdParams p) {
   for (int tb = 0; tb < kDxTok; ++tb) {
     int64_t t = t0 + tb;
     if (t >= p.T) break;
-    float dv = 0.0f;
-#pragma unroll
-    for (int j = 0; j < N; ++j) dv = fmaf(dhm[tb][j], ph[j], dv);
+    float dv = dot_row<N>(dhm[tb], ph, 0.0f);
     if (p.dvecX) p.dvecX[t * K + k] = dv;
     float v = __bfloat162float(p.x[t * K + k]);
     float gi = __bfloat162float(p.dh_in[t * p.D + d]);
@@ -128,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) dx_kernel(BwdParams p) {
 template <int n>
 __global__ void __launch_bounds__(kThreads) param_partial(BwdParams p) {
   constexpr int N = n * n + 2 * n;
-  __shared__ float dhm[kChunk][N];
+  __shared__ __align__(16) float dhm[kChunk][padded<N>()];
   const int K = n * p.D;
   const int k = blockIdx.x * kThreads + threadIdx.x;
   const int64_t per = (p.T + p.splits - 1) / p.splits;
@@ -148,7 +164,13 @@ __global__ void __launch_bounds__(kThreads) param_partial(BwdParams p) {
       for (int r = 0; r < rows; ++r) {
         float v = __bfloat162float(p.x[(c0 + r) * K + k]);
 #pragma unroll
-        for (int j = 0; j < N; ++j) part[j] = fmaf(dhm[r][j], v, part[j]);
+        for (int j0 = 0; j0 < N; j0 += 4) {
+          float4 q = *reinterpret_cast<const float4*>(&dhm[r][j0]);
+          part[j0] = fmaf(q.x, v, part[j0]);
+          if (j0 + 1 < N) part[j0 + 1] = fmaf(q.y, v, part[j0 + 1]);
+          if (j0 + 2 < N) part[j0 + 2] = fmaf(q.z, v, part[j0 + 2]);
+          if (j0 + 3 < N) part[j0 + 3] = fmaf(q.w, v, part[j0 + 3]);
+        }
       }
 #pragma unroll
       for (int j = 0; j < N; ++j) acc[j] += part[j];

@@ -1,6 +1,8 @@
-// forward.cu — the whole forward in one kernel: a block takes kFwdTok tokens and walks K
-// in tiles; x and phi*gamma tiles go through shared memory. Per block it produces
-// inv_rms, h_mix, the three gates and h_in. No atomics: every sum has a fixed order.
+// forward.cu — the whole forward in one kernel. A block takes kFwdTok tokens and walks K
+// in tiles of kTileK; x (bf16 -> f32) and phi*gamma tiles go through shared memory, and
+// each thread accumulates a kRT x RJ register tile of h_mix (tokens x outputs), so every
+// shared-memory load feeds several FMAs. The block then produces inv_rms, the three
+// gates, and h_in (a second pass over its tokens' x). No atomics; every sum has a fixed order.
 #include "cuda_check.h"
 #include "kernels.h"
 
@@ -8,10 +10,13 @@ namespace mhc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kFwdTok = 16;  // tokens per block
-constexpr int kTileK = 64;   // K per shared-memory tile
-constexpr int kSsParts = kThreads / kFwdTok;  // threads per token in the sum of squares
-constexpr int kFlush = 16;   // tiles summed before they join the total: sums are three-level
+constexpr int kFwdTok = 64;                    // tokens per block
+constexpr int kTileK = 64;                     // K per shared-memory tile
+constexpr int kTokGroups = 16;                 // thread grid: kTokGroups x kOutGroups
+constexpr int kOutGroups = kThreads / kTokGroups;
+constexpr int kRT = kFwdTok / kTokGroups;      // tokens per thread: tg, tg+16, tg+32, tg+48
+constexpr int kSsParts = kThreads / kFwdTok;   // threads per token in the sum of squares
+constexpr int kFlush = 16;                     // tiles summed before they join the total
 
 __device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
@@ -45,21 +50,24 @@ __device__ void load_x_tile(float (*xs)[kTileK + 1], const __nv_bfloat16* x, int
 template <int n>
 __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
   constexpr int N = n * n + 2 * n;
-  constexpr int kOut = (kFwdTok * N + kThreads - 1) / kThreads;  // h_mix outputs per thread
+  constexpr int RJ = (N + kOutGroups - 1) / kOutGroups;  // outputs per thread: jg, jg+16, ...
   __shared__ float xs[kFwdTok][kTileK + 1];
-  __shared__ float ps[N][kTileK + 1];
+  __shared__ float ps_or_hm[N * (kTileK + 1)];  // phi*gamma tile in the K loop, then h_mix [kFwdTok][N]
   __shared__ float ss_part[kFwdTok][kSsParts];
-  __shared__ float hm[kFwdTok][N];
   __shared__ float inv[kFwdTok];
   __shared__ float hp[kFwdTok][n];
+  auto ps = reinterpret_cast<float(*)[kTileK + 1]>(ps_or_hm);
+  auto hm = reinterpret_cast<float(*)[N]>(ps_or_hm);
 
-  const int K = n * p.D, tid = threadIdx.x;
+  const int K = n * p.D, tid = threadIdx.x, tg = tid / kOutGroups, jg = tid % kOutGroups;
   const int64_t t0 = int64_t(blockIdx.x) * kFwdTok;
-  // Every sum is tile (kTileK terms) -> group of kFlush tiles -> total, so its rounding
-  // error grows like the golden's blocked sums, not like one chain over K.
-  float acc[kOut], grp[kOut];
+  // Sums run tile (kTileK terms) -> group (kFlush tiles) -> total, so rounding error
+  // grows like the golden's blocked sums, not like one chain over K.
+  float acc[kRT][RJ], grp[kRT][RJ];
 #pragma unroll
-  for (int o = 0; o < kOut; ++o) acc[o] = grp[o] = 0.0f;
+  for (int r = 0; r < kRT; ++r)
+#pragma unroll
+    for (int s = 0; s < RJ; ++s) acc[r][s] = grp[r][s] = 0.0f;
   float ss = 0.0f, ss_grp = 0.0f;
 
   for (int k0 = 0, tile = 1; k0 < K; k0 += kTileK, ++tile) {
@@ -79,31 +87,41 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
       }
       ss_grp += s;
     }
+    float a[kRT][RJ];
 #pragma unroll
-    for (int o = 0; o < kOut; ++o) {
-      int idx = tid + o * kThreads;
-      if (idx < kFwdTok * N) {
-        int tb = idx / N, j = idx % N;
-        float a = 0.0f;
-#pragma unroll 16
-        for (int kk = 0; kk < kTileK; ++kk) a = fmaf(xs[tb][kk], ps[j][kk], a);
-        grp[o] += a;
+    for (int r = 0; r < kRT; ++r)
+#pragma unroll
+      for (int s = 0; s < RJ; ++s) a[r][s] = 0.0f;
+#pragma unroll 8
+    for (int kk = 0; kk < kTileK; ++kk) {
+      float xv[kRT], pv[RJ];
+#pragma unroll
+      for (int r = 0; r < kRT; ++r) xv[r] = xs[tg + kTokGroups * r][kk];
+#pragma unroll
+      for (int s = 0; s < RJ; ++s) pv[s] = ps[min(jg + kOutGroups * s, N - 1)][kk];
+#pragma unroll
+      for (int r = 0; r < kRT; ++r)
+#pragma unroll
+        for (int s = 0; s < RJ; ++s) a[r][s] = fmaf(xv[r], pv[s], a[r][s]);
+    }
+    const bool flush = tile % kFlush == 0 || k0 + kTileK >= K;
+#pragma unroll
+    for (int r = 0; r < kRT; ++r)
+#pragma unroll
+      for (int s = 0; s < RJ; ++s) {
+        grp[r][s] += a[r][s];
+        if (flush) acc[r][s] += grp[r][s], grp[r][s] = 0.0f;
       }
-    }
-    if (tile % kFlush == 0 || k0 + kTileK >= K) {
-#pragma unroll
-      for (int o = 0; o < kOut; ++o) acc[o] += grp[o], grp[o] = 0.0f;
-      ss += ss_grp, ss_grp = 0.0f;
-    }
+    if (flush) ss += ss_grp, ss_grp = 0.0f;
     __syncthreads();
   }
 
   ss_part[tid / kSsParts][tid % kSsParts] = ss;
 #pragma unroll
-  for (int o = 0; o < kOut; ++o) {
-    int idx = tid + o * kThreads;
-    if (idx < kFwdTok * N) hm[idx / N][idx % N] = acc[o];
-  }
+  for (int r = 0; r < kRT; ++r)
+#pragma unroll
+    for (int s = 0; s < RJ; ++s)
+      if (jg + kOutGroups * s < N) hm[tg + kTokGroups * r][jg + kOutGroups * s] = acc[r][s];
   __syncthreads();
   if (tid < kFwdTok) {
     float s = 0.0f;
@@ -132,14 +150,15 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
   }
   __syncthreads();
 
-  for (int tb = 0; tb < kFwdTok && t0 + tb < p.T; ++tb) {
+  // h_in: (token, d) pairs spread over the block, so small D keeps every thread busy
+  for (int64_t e = tid; e < int64_t(kFwdTok) * p.D; e += kThreads) {
+    int tb = int(e / p.D), d = int(e % p.D);
     int64_t t = t0 + tb;
-    for (int d = tid; d < p.D; d += kThreads) {
-      float a = 0.0f;
+    if (t >= p.T) break;
+    float a = 0.0f;
 #pragma unroll
-      for (int i = 0; i < n; ++i) a = fmaf(hp[tb][i], __bfloat162float(p.x[t * K + i * p.D + d]), a);
-      p.h_in[t * p.D + d] = __float2bfloat16_rn(a);
-    }
+    for (int i = 0; i < n; ++i) a = fmaf(hp[tb][i], __bfloat162float(p.x[t * K + i * p.D + d]), a);
+    p.h_in[t * p.D + d] = __float2bfloat16_rn(a);
   }
 }
 
