@@ -15,3 +15,10 @@ for shape in ${SHAPES:-4096,4,2560 16384,4,4096 65536,4,2560 4096,8,4096}; do
     build-gpu/mhc bench --backend cuda --shape "$shape" --pass $pass --repeat 20 --warmup 3 --json
   done
 done 2>&1 | tee "$out/bench.jsonl"
+# per-kernel times (Nsight Compute), when asked: PROFILE=16384,4,4096
+if [ -n "${PROFILE:-}" ]; then
+  ncu --clock-control none --metrics gpu__time_duration.sum build-gpu/mhc bench --backend cuda \
+    --shape "$PROFILE" --pass both --repeat 1 --warmup 0 > "$out/ncu.txt" 2>&1
+  grep -E "forward_kernel|token_grads|dx_kernel|param_|reduce_cols|gpu__time_duration" "$out/ncu.txt" | paste - - |
+    sed -E 's/.*(forward_kernel|token_grads|dx_kernel|param_partial|param_final|reduce_cols).*duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/'
+fi

@@ -18,6 +18,7 @@ struct Rule {
   double atol = 0, rtol = 0;  // fixed
   bool ulp = false;           // budget: bf16 ulps (true) or fractions of the reference RMS
   double rms = 1, limit = 0;  // budget
+  double golden_err = 0, ref_err = 0;  // budget: what the limit is made of
   double error(double diff, double b) const {
     return ulp ? diff / bf16_ulp(std::max(std::fabs(b), rms * 0x1p-10)) : diff / rms;
   }
@@ -137,10 +138,14 @@ DiffReport diff_cases(const Case& a, const Case& b, const Budget& budget, const 
       r.fixed = true, r.atol = atol, r.rtol = rtol;
       return r;
     }
+    // limit = k x (golden vs oracle) + (reference vs oracle) + floor: A may be k times as
+    // wrong as the golden, and is not blamed for the reference's own error (zero when the
+    // reference is the oracle; by the triangle inequality a within-budget A then passes).
     const Tensor &g = budget.golden.get(s.name), &o = budget.oracle.get(s.name);
     Rule probe = budget_rule(s, o, 0);
-    double golden_err = compare(s.name, g, o, probe).error;
-    r = budget_rule(s, b.get(s.name), opt.budget_factor * golden_err + noise_floor(s));
+    double golden_err = compare(s.name, g, o, probe).error, ref_err = compare(s.name, b.get(s.name), o, probe).error;
+    r = budget_rule(s, b.get(s.name), opt.budget_factor * golden_err + ref_err + noise_floor(s));
+    r.golden_err = golden_err, r.ref_err = ref_err;
     return r;
   };
 
@@ -160,7 +165,7 @@ DiffReport diff_cases(const Case& a, const Case& b, const Budget& budget, const 
     } else if (s.group == Group::inputs || budget.golden.has(s.name) || opt.fixed || opt.per_stage.count(s.name)) {
       Rule rule = s.group == Group::inputs ? Rule{true} : rule_for(s);
       r = compare(s.name, a.get(s.name), b.get(s.name), rule);
-      if (!rule.fixed) r.golden_error = (rule.limit - noise_floor(s)) / opt.budget_factor;
+      r.golden_error = rule.golden_err, r.reference_error = rule.ref_err;
       rules[s.name] = rule;
     } else {
       r.status = "missing";
@@ -203,7 +208,7 @@ DiffReport diff_cases(const Case& a, const Case& b, const Budget& budget, const 
     for (const char* d : s.deps) deps[d] = value_in_a(d);
     Tensor re = cpu_stage(r.name, a.prob, deps, Precision::fp64);
     Rule rule = rules[r.name];
-    if (!rule.fixed) rule.rms = finite_rms(re);
+    if (!rule.fixed) rule.rms = finite_rms(re), rule.limit -= rule.ref_err;  // the replay is fp64: no reference error
     if (compare(r.name, a.get(r.name), re, rule).mismatches == 0) {
       r.status = "inherited";
       r.inherited_from = upstream(r.name);
@@ -276,7 +281,8 @@ std::string report_json(const DiffReport& r) {
                  ", \"min_passing_atol\": ", num(s.min_atol));
       out += s.fixed ? cat(", \"tolerance\": {\"policy\": \"fixed\", \"atol\": ", num(s.atol), ", \"rtol\": ", num(s.rtol), "}")
                      : cat(", \"tolerance\": {\"policy\": \"budget\", \"unit\": \"", s.unit, "\", \"limit\": ",
-                           num(s.limit), ", \"error\": ", num(s.error), ", \"golden_error\": ", num(s.golden_error), "}");
+                           num(s.limit), ", \"error\": ", num(s.error), ", \"golden_error\": ", num(s.golden_error),
+                           ", \"reference_error\": ", num(s.reference_error), "}");
     } else {
       out += ", \"rel_l2\": null, \"max_abs\": null, \"max_abs_index\": null, \"mismatch_fraction\": null, \"tolerance\": null";
     }

@@ -1,7 +1,8 @@
 // diff.h — compare two cases stage by stage and say where they part ways.
 //
 // Policy (docs/diff.md): by default a stage passes when its error against the reference
-// is at most k x the CPU fp32 golden's error against the fp64 oracle, plus a noise floor;
+// is at most k x the CPU fp32 golden's error against the fp64 oracle, plus the
+// reference's own error against the oracle, plus a noise floor;
 // bf16 stages are measured in bf16 ulps, the others relative to the reference's RMS.
 // Diverging stages are replayed from side A's own upstream tensors to tell an error a
 // stage introduces from one it inherits.
@@ -30,7 +31,7 @@ struct StageReport {
   std::vector<int64_t> max_abs_index;
   // tolerance: fixed (atol, rtol) or budget (error and limit in `unit`)
   bool fixed = false;
-  double atol = 0, rtol = 0, error = 0, limit = 0, golden_error = 0;
+  double atol = 0, rtol = 0, error = 0, limit = 0, golden_error = 0, reference_error = 0;
   std::string unit;
 };
 

@@ -1,4 +1,4 @@
-// forward.cu — the whole forward in one kernel. A block takes kFwdTok tokens and walks K
+// forward.cu — the whole forward in one kernel. A block takes FT tokens and walks K
 // in tiles of kTileK; x (bf16 -> f32) and phi*gamma tiles go through shared memory, and
 // each thread accumulates a kRT x RJ register tile of h_mix (tokens x outputs), so every
 // shared-memory load feeds several FMAs. The block then produces inv_rms, the three
@@ -10,20 +10,23 @@ namespace mhc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kFwdTok = 64;                    // tokens per block
 constexpr int kTileK = 64;                     // K per shared-memory tile
 constexpr int kTokGroups = 16;                 // thread grid: kTokGroups x kOutGroups
 constexpr int kOutGroups = kThreads / kTokGroups;
-constexpr int kRT = kFwdTok / kTokGroups;      // tokens per thread: tg, tg+16, tg+32, tg+48
-constexpr int kSsParts = kThreads / kFwdTok;   // threads per token in the sum of squares
+constexpr int kSsParts = 4;                    // threads per token in the sum of squares
 constexpr int kFlush = 16;                     // tiles summed before they join the total
+// Tokens per block (FT): 64 for large T (a 4-token register tile per thread, phi tiles
+// reused 64 times), 16 for small T (more blocks to fill the GPU). Every token's sums run
+// in the same order either way, so the choice never changes a bit.
+constexpr int64_t kLargeT = 16384;
 
 __device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
 // xs[tb][kk] = x[t0+tb, k0+kk] as float, zero outside [T,K]. 16-byte loads when K % 8 == 0.
+template <int FT>
 __device__ void load_x_tile(float (*xs)[kTileK + 1], const __nv_bfloat16* x, int64_t T, int K, int64_t t0, int k0) {
   if (K % 8 == 0) {
-    for (int e = threadIdx.x; e < kFwdTok * kTileK / 8; e += kThreads) {
+    for (int e = threadIdx.x; e < FT * kTileK / 8; e += kThreads) {
       int tb = e / (kTileK / 8), kk = (e % (kTileK / 8)) * 8;
       int64_t t = t0 + tb;
       int k = k0 + kk;
@@ -38,7 +41,7 @@ __device__ void load_x_tile(float (*xs)[kTileK + 1], const __nv_bfloat16* x, int
       }
     }
   } else {
-    for (int e = threadIdx.x; e < kFwdTok * kTileK; e += kThreads) {
+    for (int e = threadIdx.x; e < FT * kTileK; e += kThreads) {
       int tb = e / kTileK, kk = e % kTileK;
       int64_t t = t0 + tb;
       int k = k0 + kk;
@@ -47,20 +50,21 @@ __device__ void load_x_tile(float (*xs)[kTileK + 1], const __nv_bfloat16* x, int
   }
 }
 
-template <int n>
+template <int n, int FT>
 __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
   constexpr int N = n * n + 2 * n;
+  constexpr int kRT = FT / kTokGroups;                    // tokens per thread: tg, tg+16, ...
   constexpr int RJ = (N + kOutGroups - 1) / kOutGroups;  // outputs per thread: jg, jg+16, ...
-  __shared__ float xs[kFwdTok][kTileK + 1];
-  __shared__ float ps_or_hm[N * (kTileK + 1)];  // phi*gamma tile in the K loop, then h_mix [kFwdTok][N]
-  __shared__ float ss_part[kFwdTok][kSsParts];
-  __shared__ float inv[kFwdTok];
-  __shared__ float hp[kFwdTok][n];
+  __shared__ float xs[FT][kTileK + 1];
+  __shared__ float ps_or_hm[N * (kTileK + 1)];  // phi*gamma tile in the K loop, then h_mix [FT][N]
+  __shared__ float ss_part[FT][kSsParts];
+  __shared__ float inv[FT];
+  __shared__ float hp[FT][n];
   auto ps = reinterpret_cast<float(*)[kTileK + 1]>(ps_or_hm);
   auto hm = reinterpret_cast<float(*)[N]>(ps_or_hm);
 
   const int K = n * p.D, tid = threadIdx.x, tg = tid / kOutGroups, jg = tid % kOutGroups;
-  const int64_t t0 = int64_t(blockIdx.x) * kFwdTok;
+  const int64_t t0 = int64_t(blockIdx.x) * FT;
   // Sums run tile (kTileK terms) -> group (kFlush tiles) -> total, so rounding error
   // grows like the golden's blocked sums, not like one chain over K.
   float acc[kRT][RJ], grp[kRT][RJ];
@@ -71,13 +75,13 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
   float ss = 0.0f, ss_grp = 0.0f;
 
   for (int k0 = 0, tile = 1; k0 < K; k0 += kTileK, ++tile) {
-    load_x_tile(xs, p.x, p.T, K, t0, k0);
+    load_x_tile<FT>(xs, p.x, p.T, K, t0, k0);
     for (int e = tid; e < N * kTileK; e += kThreads) {
       int j = e / kTileK, kk = e % kTileK;
       ps[j][kk] = k0 + kk < K ? p.pg[int64_t(j) * K + k0 + kk] : 0.0f;
     }
     __syncthreads();
-    {  // sum of squares: kSsParts threads per token, each a fixed slice of the tile
+    if (tid < FT * kSsParts) {  // sum of squares: kSsParts threads per token, a fixed slice each
       int tb = tid / kSsParts, part = tid % kSsParts;
       float s = 0.0f;
 #pragma unroll
@@ -116,14 +120,14 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
     __syncthreads();
   }
 
-  ss_part[tid / kSsParts][tid % kSsParts] = ss;
+  if (tid < FT * kSsParts) ss_part[tid / kSsParts][tid % kSsParts] = ss;
 #pragma unroll
   for (int r = 0; r < kRT; ++r)
 #pragma unroll
     for (int s = 0; s < RJ; ++s)
       if (jg + kOutGroups * s < N) hm[tg + kTokGroups * r][jg + kOutGroups * s] = acc[r][s];
   __syncthreads();
-  if (tid < kFwdTok) {
+  if (tid < FT) {
     float s = 0.0f;
     for (int q = 0; q < kSsParts; ++q) s += ss_part[tid][q];
     inv[tid] = 1.0f / sqrtf(s / float(K) + p.norm_eps);
@@ -131,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
   }
   __syncthreads();
 
-  for (int idx = tid; idx < kFwdTok * N; idx += kThreads) {
+  for (int idx = tid; idx < FT * N; idx += kThreads) {
     int tb = idx / N, j = idx % N;
     int64_t t = t0 + tb;
     if (t >= p.T) continue;
@@ -151,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
   __syncthreads();
 
   // h_in: (token, d) pairs spread over the block, so small D keeps every thread busy
-  for (int64_t e = tid; e < int64_t(kFwdTok) * p.D; e += kThreads) {
+  for (int64_t e = tid; e < int64_t(FT) * p.D; e += kThreads) {
     int tb = int(e / p.D), d = int(e % p.D);
     int64_t t = t0 + tb;
     if (t >= p.T) break;
@@ -163,8 +167,11 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
 }
 
 template <int n> void launch(const FwdParams& p, cudaStream_t s) {
-  dim3 grid(unsigned((p.T + kFwdTok - 1) / kFwdTok));
-  forward_kernel<n><<<grid, kThreads, 0, s>>>(p);
+  if (p.T >= kLargeT) {
+    forward_kernel<n, 64><<<unsigned((p.T + 63) / 64), kThreads, 0, s>>>(p);
+  } else {
+    forward_kernel<n, 16><<<unsigned((p.T + 15) / 16), kThreads, 0, s>>>(p);
+  }
   CUDA_CHECK(cudaGetLastError());
 }
 
