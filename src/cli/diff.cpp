@@ -249,10 +249,10 @@ std::string DiffReport::verdict_line() const {
 }
 
 namespace {
-std::string num(double v) {
+std::string num(double v, int digits = 6) {
   if (!std::isfinite(v)) return "null";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
   return buf;
 }
 std::string index_str(const std::vector<int64_t>& idx) {
@@ -299,8 +299,8 @@ std::string report_table(const DiffReport& r, bool colour) {
   };
   std::string out;
   char buf[512];
-  std::snprintf(buf, sizeof buf, "%-9s %-10s %10s %10s  %-34s %9s %11s\n", "stage", "status", "rel_l2", "max_abs",
-                "at index (A vs B)", "mismatch", "err/limit");
+  std::snprintf(buf, sizeof buf, "%-9s %-10s %9s %9s  %-34s %9s  %s\n", "stage", "status", "rel_l2", "max_abs",
+                "max_abs at index: A vs B", "mismatch", "error/limit");
   out += buf;
   for (const StageReport& s : r.stages) {
     std::string status = paint(s.status, cat(s.status, std::string(10 - std::min<size_t>(10, s.status.size()), ' ')));
@@ -308,8 +308,8 @@ std::string report_table(const DiffReport& r, bool colour) {
       std::snprintf(buf, sizeof buf, "%-9s %s %s\n", s.name.c_str(), status.c_str(), s.note.c_str());
     } else {
       std::string at = cat(index_str(s.max_abs_index), " ", num(s.a_at), " vs ", num(s.b_at));
-      std::string lim = s.fixed ? cat("a", num(s.atol), " r", num(s.rtol)) : cat(num(s.error), "/", num(s.limit));
-      std::snprintf(buf, sizeof buf, "%-9s %s %10.3g %10.3g  %-34s %8.3f%% %11s%s%s\n", s.name.c_str(), status.c_str(),
+      std::string lim = s.fixed ? cat("a", num(s.atol, 2), " r", num(s.rtol, 2)) : cat(num(s.error, 2), "/", num(s.limit, 2));
+      std::snprintf(buf, sizeof buf, "%-9s %s %9.3g %9.3g  %-34s %8.3f%%  %s%s%s\n", s.name.c_str(), status.c_str(),
                     s.rel_l2, s.max_abs, at.c_str(), s.count ? 100.0 * double(s.mismatches) / double(s.count) : 0.0,
                     lim.c_str(), s.note.empty() ? "" : "  ", s.note.c_str());
     }
