@@ -13,27 +13,10 @@ namespace mhc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kDxTok = 32;      // tokens per dx block (phi column reused across them)
-constexpr int kChunk = 32;      // dh_mix rows staged in shared memory per step
+constexpr int kDxTok = 32;      // tokens per dx block: 8 warps x 4 tokens
+constexpr int kColTile = 256;   // columns of K per dx / param_partial block
+constexpr int kChunk = 32;      // tokens staged in shared memory per param_partial step
 constexpr int kSplitTok = 128;  // tokens per split at least
-
-// Rows of dh_mix in shared memory are padded to a multiple of 4 floats so the inner loops
-// read them as float4: one shared-memory load feeds four FMAs.
-template <int N> __host__ __device__ constexpr int padded() { return (N + 3) / 4 * 4; }
-
-// sum_j row[j] * w[j] + init, j in order, row read as float4 (row is 16-byte aligned, padded).
-template <int N> __device__ float dot_row(const float* row, const float (&w)[N], float init) {
-  float a = init;
-#pragma unroll
-  for (int j0 = 0; j0 < N; j0 += 4) {
-    float4 q = *reinterpret_cast<const float4*>(row + j0);
-    a = fmaf(q.x, w[j0], a);
-    if (j0 + 1 < N) a = fmaf(q.y, w[j0 + 1], a);
-    if (j0 + 2 < N) a = fmaf(q.z, w[j0 + 2], a);
-    if (j0 + 3 < N) a = fmaf(q.w, w[j0 + 3], a);
-  }
-  return a;
-}
 
 // Fixed-order tree sum over the block of one value per thread; result valid in thread 0.
 __device__ float block_sum(float v, float* red) {
@@ -101,18 +84,43 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
   }
 }
 
+// Column tiles: a dx or param block covers kColTile columns of K; lane cg (0..31) of a
+// warp owns columns 4cg..4cg+3 and 128+4cg..128+4cg+3 of the tile, so the warp's float4
+// shared-memory reads and its 8-byte global accesses are contiguous.
+__device__ int tile_col(int cg, int c) { return c < 4 ? 4 * cg + c : 128 + 4 * cg + c - 4; }
+
+// 4 consecutive bf16 values as floats, one 8-byte load (src 8-byte aligned).
+__device__ void load4(const __nv_bfloat16* __restrict__ src, float* out) {
+  uint2 raw = *reinterpret_cast<const uint2*>(src);
+  const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+  for (int q = 0; q < 4; ++q) out[q] = __bfloat162float(h[q]);
+}
+
+// dvecX = dh_mix·phi as a (4 tokens x 8 columns) register tile per thread: phi tile [N][256]
+// and dh_mix^T [N][32] in shared memory, then dx, with every token's loads issued up front.
 template <int n>
 __global__ void __launch_bounds__(kThreads) dx_kernel(BwdParams p) {
   constexpr int N = n * n + 2 * n;
-  __shared__ __align__(16) float dhm[kDxTok][padded<N>()];
+  extern __shared__ __align__(16) float dyn[];
+  auto phis = reinterpret_cast<float(*)[kColTile]>(dyn);                // [N][kColTile]
+  auto dhmT = reinterpret_cast<float(*)[kDxTok]>(dyn + N * kColTile);   // [N][kDxTok]
   __shared__ float coef[kDxTok];
   __shared__ float hp[kDxTok][n];
-  const int K = n * p.D;
-  const int k = blockIdx.x * kThreads + threadIdx.x;
+  const __nv_bfloat16* __restrict__ x = p.x;
+  const __nv_bfloat16* __restrict__ dh_in = p.dh_in;
+  __nv_bfloat16* __restrict__ dx = p.dx;
+  float* __restrict__ dvecX = p.dvecX;
+  const int K = n * p.D, D = p.D, cg = threadIdx.x % 32, tg = threadIdx.x / 32;
+  const int kbase = blockIdx.x * kColTile;
   const int64_t t0 = int64_t(blockIdx.y) * kDxTok;
+  for (int e = threadIdx.x; e < N * kColTile; e += kThreads) {
+    int j = e / kColTile, c = e % kColTile;
+    phis[j][c] = kbase + c < K ? p.phi[int64_t(j) * K + kbase + c] : 0.0f;
+  }
   for (int e = threadIdx.x; e < kDxTok * N; e += kThreads) {
     int64_t t = t0 + e / N;
-    dhm[e / N][e % N] = t < p.T ? p.dh_mix[t * N + e % N] : 0.0f;
+    dhmT[e % N][e / N] = t < p.T ? p.dh_mix[t * N + e % N] : 0.0f;
   }
   for (int e = threadIdx.x; e < kDxTok * n; e += kThreads) {
     int64_t t = t0 + e / n;
@@ -124,61 +132,138 @@ __global__ void __launch_bounds__(kThreads) dx_kernel(BwdParams p) {
     coef[threadIdx.x] = t < p.T ? p.dinv_rms[t] * ir * ir * ir / float(K) : 0.0f;
   }
   __syncthreads();
-  if (k >= K) return;
-  float ph[N];
+
+  float acc[4][8];
 #pragma unroll
-  for (int j = 0; j < N; ++j) ph[j] = p.phi[int64_t(j) * K + k];
-  const float gk = p.gamma[k];
-  const int i = k / p.D, d = k % p.D;
-  for (int tb = 0; tb < kDxTok; ++tb) {
-    int64_t t = t0 + tb;
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[r][c] = 0.0f;
+  for (int j = 0; j < N; ++j) {  // j in order, as the golden's dot product
+    float4 d = *reinterpret_cast<const float4*>(&dhmT[j][4 * tg]);
+    float4 pa = *reinterpret_cast<const float4*>(&phis[j][4 * cg]);
+    float4 pb = *reinterpret_cast<const float4*>(&phis[j][128 + 4 * cg]);
+    const float dr[4] = {d.x, d.y, d.z, d.w}, pc[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[r][c] = fmaf(dr[r], pc[c], acc[r][c]);
+  }
+
+  float gam[8];
+#pragma unroll
+  for (int c = 0; c < 8; ++c) {
+    int k = kbase + tile_col(cg, c);
+    gam[c] = k < K ? p.gamma[k] : 0.0f;
+  }
+  const bool vec = D % 4 == 0;  // 4 consecutive columns stay in one stream, 8-byte aligned
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int tt = 4 * tg + r;
+    const int64_t t = t0 + tt;
     if (t >= p.T) break;
-    float dv = dot_row<N>(dhm[tb], ph, 0.0f);
-    if (p.dvecX) p.dvecX[t * K + k] = dv;
-    float v = __bfloat162float(p.x[t * K + k]);
-    float gi = __bfloat162float(p.dh_in[t * p.D + d]);
-    p.dx[t * K + k] = __float2bfloat16_rn(dv * gk - coef[tb] * v + hp[tb][i] * gi);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int k4 = kbase + 128 * h + 4 * cg;
+      float* a = &acc[r][4 * h];
+      if (vec) {
+        if (k4 >= K) continue;
+        const int i = k4 / D, d = k4 % D;
+        float xv[4], gv[4];
+        load4(x + t * K + k4, xv);
+        load4(dh_in + t * D + d, gv);
+        __align__(8) __nv_bfloat16 o[4];
+#pragma unroll
+        for (int q = 0; q < 4; ++q) o[q] = __float2bfloat16_rn(a[q] * gam[4 * h + q] - coef[tt] * xv[q] + hp[tt][i] * gv[q]);
+        *reinterpret_cast<uint2*>(dx + t * K + k4) = *reinterpret_cast<const uint2*>(o);
+        if (dvecX) *reinterpret_cast<float4*>(dvecX + t * K + k4) = make_float4(a[0], a[1], a[2], a[3]);
+      } else {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int k = k4 + q;
+          if (k >= K) break;
+          const int i = k / D, d = k % D;
+          float v = __bfloat162float(x[t * K + k]), gi = __bfloat162float(dh_in[t * D + d]);
+          dx[t * K + k] = __float2bfloat16_rn(a[q] * gam[4 * h + q] - coef[tt] * v + hp[tt][i] * gi);
+          if (dvecX) dvecX[t * K + k] = a[q];
+        }
+      }
+    }
   }
 }
 
+// P[j,k] = sum over the block's token split of dh_mix[t,j] x[t,k]: an (RJ outputs x 8
+// columns) register tile per thread, x staged as float in shared memory kChunk tokens at
+// a time; a chunk's partial sums are added to the total (error grows with chunks).
 template <int n>
 __global__ void __launch_bounds__(kThreads) param_partial(BwdParams p) {
-  constexpr int N = n * n + 2 * n;
-  __shared__ __align__(16) float dhm[kChunk][padded<N>()];
-  const int K = n * p.D;
-  const int k = blockIdx.x * kThreads + threadIdx.x;
+  constexpr int N = n * n + 2 * n, RJ = (N + 7) / 8;  // outputs per thread: jg, jg+8, ...
+  __shared__ __align__(16) float xs[kChunk][kColTile];
+  __shared__ float dhm[kChunk][N];
+  const __nv_bfloat16* __restrict__ x = p.x;
+  const int K = n * p.D, cg = threadIdx.x % 32, jg = threadIdx.x / 32;
+  const int kbase = blockIdx.x * kColTile;
   const int64_t per = (p.T + p.splits - 1) / p.splits;
   const int64_t ta = int64_t(blockIdx.y) * per, tb = min(p.T, ta + per);
-  float acc[N];
+  float acc[RJ][8];
 #pragma unroll
-  for (int j = 0; j < N; ++j) acc[j] = 0.0f;
+  for (int s = 0; s < RJ; ++s)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[s][c] = 0.0f;
   for (int64_t c0 = ta; c0 < tb; c0 += kChunk) {
-    int rows = tb - c0 < kChunk ? int(tb - c0) : kChunk;
+    const int rows = tb - c0 < kChunk ? int(tb - c0) : kChunk;
     __syncthreads();
     for (int e = threadIdx.x; e < rows * N; e += kThreads) dhm[e / N][e % N] = p.dh_mix[(c0 + e / N) * N + e % N];
-    __syncthreads();
-    if (k < K) {  // a chunk's partial sums, then added: error grows with chunks, not tokens
-      float part[N];
+    if (K % 8 == 0) {
+      for (int e = threadIdx.x; e < rows * (kColTile / 8); e += kThreads) {
+        const int tt = e / (kColTile / 8), c8 = (e % (kColTile / 8)) * 8, k = kbase + c8;
+        if (k < K) {
+          uint4 raw = *reinterpret_cast<const uint4*>(x + (c0 + tt) * K + k);
+          const __nv_bfloat16* hv = reinterpret_cast<const __nv_bfloat16*>(&raw);
 #pragma unroll
-      for (int j = 0; j < N; ++j) part[j] = 0.0f;
-      for (int r = 0; r < rows; ++r) {
-        float v = __bfloat162float(p.x[(c0 + r) * K + k]);
+          for (int q = 0; q < 8; ++q) xs[tt][c8 + q] = __bfloat162float(hv[q]);
+        } else {
 #pragma unroll
-        for (int j0 = 0; j0 < N; j0 += 4) {
-          float4 q = *reinterpret_cast<const float4*>(&dhm[r][j0]);
-          part[j0] = fmaf(q.x, v, part[j0]);
-          if (j0 + 1 < N) part[j0 + 1] = fmaf(q.y, v, part[j0 + 1]);
-          if (j0 + 2 < N) part[j0 + 2] = fmaf(q.z, v, part[j0 + 2]);
-          if (j0 + 3 < N) part[j0 + 3] = fmaf(q.w, v, part[j0 + 3]);
+          for (int q = 0; q < 8; ++q) xs[tt][c8 + q] = 0.0f;
         }
       }
+    } else {
+      for (int e = threadIdx.x; e < rows * kColTile; e += kThreads) {
+        const int tt = e / kColTile, c = e % kColTile, k = kbase + c;
+        xs[tt][c] = k < K ? __bfloat162float(x[(c0 + tt) * K + k]) : 0.0f;
+      }
+    }
+    __syncthreads();
+    float part[RJ][8];
 #pragma unroll
-      for (int j = 0; j < N; ++j) acc[j] += part[j];
+    for (int s = 0; s < RJ; ++s)
+#pragma unroll
+      for (int c = 0; c < 8; ++c) part[s][c] = 0.0f;
+    for (int r = 0; r < rows; ++r) {
+      float4 xa = *reinterpret_cast<const float4*>(&xs[r][4 * cg]);
+      float4 xb = *reinterpret_cast<const float4*>(&xs[r][128 + 4 * cg]);
+      const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+#pragma unroll
+      for (int s = 0; s < RJ; ++s) {
+        const float d = dhm[r][min(jg + 8 * s, N - 1)];
+#pragma unroll
+        for (int c = 0; c < 8; ++c) part[s][c] = fmaf(d, xv[c], part[s][c]);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < RJ; ++s)
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[s][c] += part[s][c];
+  }
+#pragma unroll
+  for (int s = 0; s < RJ; ++s) {
+    const int j = jg + 8 * s;
+    if (j >= N) break;
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const int k = kbase + tile_col(cg, c);
+      if (k < K) p.partial[(int64_t(blockIdx.y) * N + j) * K + k] = acc[s][c];
     }
   }
-  if (k < K)
-#pragma unroll
-    for (int j = 0; j < N; ++j) p.partial[(int64_t(blockIdx.y) * N + j) * K + k] = acc[j];
 }
 
 template <int n>
@@ -210,12 +295,14 @@ __global__ void __launch_bounds__(kThreads) reduce_cols(const float* in, int64_t
 template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
-  const unsigned ktiles = unsigned((K + kThreads - 1) / kThreads);
+  const unsigned ktiles = unsigned((K + kThreads - 1) / kThreads), ctiles = unsigned((K + kColTile - 1) / kColTile);
+  const size_t dx_smem = size_t(N) * (kColTile + kDxTok) * sizeof(float);  // up to 92 KB at n = 8
+  CUDA_CHECK(cudaFuncSetAttribute(dx_kernel<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dx_smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
-  dx_kernel<n><<<dim3(ktiles, unsigned((p.T + kDxTok - 1) / kDxTok)), kThreads, 0, s>>>(p);
+  dx_kernel<n><<<dim3(ctiles, unsigned((p.T + kDxTok - 1) / kDxTok)), kThreads, dx_smem, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
-  param_partial<n><<<dim3(ktiles, unsigned(p.splits)), kThreads, 0, s>>>(p);
+  param_partial<n><<<dim3(ctiles, unsigned(p.splits)), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   param_final<n><<<ktiles, kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
@@ -228,7 +315,7 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
 }  // namespace
 
 int token_splits(int64_t T, int64_t K) {
-  int64_t ktiles = (K + kThreads - 1) / kThreads;
+  int64_t ktiles = (K + kColTile - 1) / kColTile;
   int64_t want = std::max<int64_t>(1, 1024 / ktiles);  // about 1024 blocks in all
   int64_t most = std::max<int64_t>(1, T / kSplitTok);
   return int(std::min(want, most));
