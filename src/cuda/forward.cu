@@ -22,31 +22,57 @@ constexpr int64_t kLargeT = 16384;
 
 __device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-// xs[tb][kk] = x[t0+tb, k0+kk] as float, zero outside [T,K]. 16-byte loads when K % 8 == 0.
-template <int FT>
-__device__ void load_x_tile(float (*xs)[kTileK + 1], const __nv_bfloat16* x, int64_t T, int K, int64_t t0, int k0) {
-  if (K % 8 == 0) {
-    for (int e = threadIdx.x; e < FT * kTileK / 8; e += kThreads) {
-      int tb = e / (kTileK / 8), kk = (e % (kTileK / 8)) * 8;
-      int64_t t = t0 + tb;
-      int k = k0 + kk;
-      if (t < T && k < K) {
-        uint4 raw = *reinterpret_cast<const uint4*>(x + t * K + k);
-        const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
+// One K tile of x (FT tokens, bf16, 16-byte vectors: needs K % 8 == 0) and of phi*gamma
+// (N rows), held in registers so the next tile's global loads are in flight while the
+// current tile is computed. Zero outside [T,K].
+template <int FT, int N> struct TileRegs {
+  static constexpr int kXVec = (FT * kTileK / 8 + kThreads - 1) / kThreads;  // uint4 per thread
+  static constexpr int kP = (N * kTileK + kThreads - 1) / kThreads;          // floats per thread
+  uint4 xv[kXVec];
+  float pv[kP];
+
+  __device__ void load(const FwdParams& p, int K, int64_t t0, int k0) {
 #pragma unroll
-        for (int q = 0; q < 8; ++q) xs[tb][kk + q] = __bfloat162float(h[q]);
-      } else {
+    for (int q = 0; q < kXVec; ++q) {
+      int e = threadIdx.x + q * kThreads, tb = e / (kTileK / 8), k = k0 + (e % (kTileK / 8)) * 8;
+      xv[q] = tb < FT && t0 + tb < p.T && k < K ? *reinterpret_cast<const uint4*>(p.x + (t0 + tb) * K + k)
+                                                : make_uint4(0, 0, 0, 0);
+    }
 #pragma unroll
-        for (int q = 0; q < 8; ++q) xs[tb][kk + q] = 0.0f;
-      }
+    for (int q = 0; q < kP; ++q) {
+      int e = threadIdx.x + q * kThreads, j = e / kTileK, k = k0 + e % kTileK;
+      pv[q] = j < N && k < K ? p.pg[int64_t(j) * K + k] : 0.0f;
     }
-  } else {
-    for (int e = threadIdx.x; e < FT * kTileK; e += kThreads) {
-      int tb = e / kTileK, kk = e % kTileK;
-      int64_t t = t0 + tb;
-      int k = k0 + kk;
-      xs[tb][kk] = t < T && k < K ? __bfloat162float(x[t * K + k]) : 0.0f;
+  }
+
+  __device__ void store(float (*xs)[kTileK + 1], float (*ps)[kTileK + 1]) const {
+#pragma unroll
+    for (int q = 0; q < kXVec; ++q) {
+      int e = threadIdx.x + q * kThreads, tb = e / (kTileK / 8), kk = (e % (kTileK / 8)) * 8;
+      if (tb >= FT) break;
+      const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&xv[q]);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) xs[tb][kk + i] = __bfloat162float(h[i]);
     }
+#pragma unroll
+    for (int q = 0; q < kP; ++q) {
+      int e = threadIdx.x + q * kThreads;
+      if (e < N * kTileK) ps[e / kTileK][e % kTileK] = pv[q];
+    }
+  }
+};
+
+// The same tile straight into shared memory, element by element (any K).
+template <int FT, int N>
+__device__ void load_tile_direct(float (*xs)[kTileK + 1], float (*ps)[kTileK + 1], const FwdParams& p, int K,
+                                 int64_t t0, int k0) {
+  for (int e = threadIdx.x; e < FT * kTileK; e += kThreads) {
+    int tb = e / kTileK, k = k0 + e % kTileK;
+    xs[tb][e % kTileK] = t0 + tb < p.T && k < K ? __bfloat162float(p.x[(t0 + tb) * K + k]) : 0.0f;
+  }
+  for (int e = threadIdx.x; e < N * kTileK; e += kThreads) {
+    int j = e / kTileK, k = k0 + e % kTileK;
+    ps[j][e % kTileK] = k < K ? p.pg[int64_t(j) * K + k] : 0.0f;
   }
 }
 
@@ -74,13 +100,16 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
     for (int s = 0; s < RJ; ++s) acc[r][s] = grp[r][s] = 0.0f;
   float ss = 0.0f, ss_grp = 0.0f;
 
+  const bool vec = K % 8 == 0;
+  TileRegs<FT, N> next;
+  if (vec) next.load(p, K, t0, 0);
   for (int k0 = 0, tile = 1; k0 < K; k0 += kTileK, ++tile) {
-    load_x_tile<FT>(xs, p.x, p.T, K, t0, k0);
-    for (int e = tid; e < N * kTileK; e += kThreads) {
-      int j = e / kTileK, kk = e % kTileK;
-      ps[j][kk] = k0 + kk < K ? p.pg[int64_t(j) * K + k0 + kk] : 0.0f;
-    }
+    if (vec)
+      next.store(xs, ps);
+    else
+      load_tile_direct<FT, N>(xs, ps, p, K, t0, k0);
     __syncthreads();
+    if (vec && k0 + kTileK < K) next.load(p, K, t0, k0 + kTileK);  // in flight during this tile's math
     if (tid < FT * kSsParts) {  // sum of squares: kSsParts threads per token, a fixed slice each
       int tb = tid / kSsParts, part = tid % kSsParts;
       float s = 0.0f;
