@@ -1,7 +1,7 @@
 // backward.cu — the backward in five kernels, no atomics, every sum in a fixed order:
 //   token_grads   one block per token: dh_pre, the gate gradients, dh_mix, dinv_rms,
 //                 and the per-token terms of dalpha and dbias
-//   dx_kernel     a block per (256 columns, 128 tokens): dvecX = dh_mix·phi and dx
+//   dx_kernel     a block per (K tile, kDxTok tokens): dvecX = dh_mix·phi and dx
 //   param_partial a block per (K tile, token split): P = sum_t dh_mix^T x over the split
 //   param_final   per column k: P summed over splits in order; dphi = P*gamma,
 //                 dgamma = sum_j phi[j,k] P[j,k] (= sum_t x * dvecX)
@@ -13,8 +13,7 @@ namespace mhc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kDxTok = 32;      // tokens per dx sub-tile: 8 warps x 4 tokens
-constexpr int kDxSub = 4;       // sub-tiles per dx block, sharing one phi tile
+constexpr int kDxTok = 32;      // tokens per dx block: 8 warps x 4 tokens
 constexpr int kColTile = 256;   // columns of K per dx / param_partial block
 constexpr int kChunk = 32;      // tokens staged in shared memory per param_partial step
 constexpr int kSplitTok = 128;  // tokens per split at least
@@ -114,10 +113,42 @@ __global__ void __launch_bounds__(kThreads) dx_kernel(BwdParams p) {
   float* __restrict__ dvecX = p.dvecX;
   const int K = n * p.D, D = p.D, cg = threadIdx.x % 32, tg = threadIdx.x / 32;
   const int kbase = blockIdx.x * kColTile;
+  const int64_t t0 = int64_t(blockIdx.y) * kDxTok;
   for (int e = threadIdx.x; e < N * kColTile; e += kThreads) {
     int j = e / kColTile, c = e % kColTile;
     phis[j][c] = kbase + c < K ? p.phi[int64_t(j) * K + kbase + c] : 0.0f;
   }
+  for (int e = threadIdx.x; e < kDxTok * N; e += kThreads) {
+    int64_t t = t0 + e / N;
+    dhmT[e % N][e / N] = t < p.T ? p.dh_mix[t * N + e % N] : 0.0f;
+  }
+  for (int e = threadIdx.x; e < kDxTok * n; e += kThreads) {
+    int64_t t = t0 + e / n;
+    hp[e / n][e % n] = t < p.T ? p.h_pre[t * n + e % n] : 0.0f;
+  }
+  if (threadIdx.x < kDxTok) {
+    int64_t t = t0 + threadIdx.x;
+    float ir = t < p.T ? p.inv_rms[t] : 0.0f;
+    coef[threadIdx.x] = t < p.T ? p.dinv_rms[t] * ir * ir * ir / float(K) : 0.0f;
+  }
+  __syncthreads();
+
+  float acc[4][8];
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+#pragma unroll
+    for (int c = 0; c < 8; ++c) acc[r][c] = 0.0f;
+  for (int j = 0; j < N; ++j) {  // j in order, as the golden's dot product
+    float4 d = *reinterpret_cast<const float4*>(&dhmT[j][4 * tg]);
+    float4 pa = *reinterpret_cast<const float4*>(&phis[j][4 * cg]);
+    float4 pb = *reinterpret_cast<const float4*>(&phis[j][128 + 4 * cg]);
+    const float dr[4] = {d.x, d.y, d.z, d.w}, pc[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 8; ++c) acc[r][c] = fmaf(dr[r], pc[c], acc[r][c]);
+  }
+
   float gam[8];
 #pragma unroll
   for (int c = 0; c < 8; ++c) {
@@ -125,72 +156,35 @@ __global__ void __launch_bounds__(kThreads) dx_kernel(BwdParams p) {
     gam[c] = k < K ? p.gamma[k] : 0.0f;
   }
   const bool vec = D % 4 == 0;  // 4 consecutive columns stay in one stream, 8-byte aligned
-
-  // the phi tile is reused over kDxSub sub-tiles of kDxTok tokens
-  for (int64_t t0 = int64_t(blockIdx.y) * kDxTok * kDxSub, sub = 0; sub < kDxSub && t0 < p.T; ++sub, t0 += kDxTok) {
-    __syncthreads();  // the previous sub-tile is done with dhmT, hp and coef
-    for (int e = threadIdx.x; e < kDxTok * N; e += kThreads) {
-      int64_t t = t0 + e / N;
-      dhmT[e % N][e / N] = t < p.T ? p.dh_mix[t * N + e % N] : 0.0f;
-    }
-    for (int e = threadIdx.x; e < kDxTok * n; e += kThreads) {
-      int64_t t = t0 + e / n;
-      hp[e / n][e % n] = t < p.T ? p.h_pre[t * n + e % n] : 0.0f;
-    }
-    if (threadIdx.x < kDxTok) {
-      int64_t t = t0 + threadIdx.x;
-      float ir = t < p.T ? p.inv_rms[t] : 0.0f;
-      coef[threadIdx.x] = t < p.T ? p.dinv_rms[t] * ir * ir * ir / float(K) : 0.0f;
-    }
-    __syncthreads();
-
-    float acc[4][8];
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
+  for (int r = 0; r < 4; ++r) {
+    const int tt = 4 * tg + r;
+    const int64_t t = t0 + tt;
+    if (t >= p.T) break;
 #pragma unroll
-      for (int c = 0; c < 8; ++c) acc[r][c] = 0.0f;
-    for (int j = 0; j < N; ++j) {  // j in order, as the golden's dot product
-      float4 d = *reinterpret_cast<const float4*>(&dhmT[j][4 * tg]);
-      float4 pa = *reinterpret_cast<const float4*>(&phis[j][4 * cg]);
-      float4 pb = *reinterpret_cast<const float4*>(&phis[j][128 + 4 * cg]);
-      const float dr[4] = {d.x, d.y, d.z, d.w}, pc[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+    for (int h = 0; h < 2; ++h) {
+      const int k4 = kbase + 128 * h + 4 * cg;
+      float* a = &acc[r][4 * h];
+      if (vec) {
+        if (k4 >= K) continue;
+        const int i = k4 / D, d = k4 % D;
+        float xv[4], gv[4];
+        load4(x + t * K + k4, xv);
+        load4(dh_in + t * D + d, gv);
+        __align__(8) __nv_bfloat16 o[4];
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+        for (int q = 0; q < 4; ++q) o[q] = __float2bfloat16_rn(a[q] * gam[4 * h + q] - coef[tt] * xv[q] + hp[tt][i] * gv[q]);
+        *reinterpret_cast<uint2*>(dx + t * K + k4) = *reinterpret_cast<const uint2*>(o);
+        if (dvecX) *reinterpret_cast<float4*>(dvecX + t * K + k4) = make_float4(a[0], a[1], a[2], a[3]);
+      } else {
 #pragma unroll
-        for (int c = 0; c < 8; ++c) acc[r][c] = fmaf(dr[r], pc[c], acc[r][c]);
-    }
-
-#pragma unroll
-    for (int r = 0; r < 4; ++r) {
-      const int tt = 4 * tg + r;
-      const int64_t t = t0 + tt;
-      if (t >= p.T) break;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int k4 = kbase + 128 * h + 4 * cg;
-        float* a = &acc[r][4 * h];
-        if (vec) {
-          if (k4 >= K) continue;
-          const int i = k4 / D, d = k4 % D;
-          float xv[4], gv[4];
-          load4(x + t * K + k4, xv);
-          load4(dh_in + t * D + d, gv);
-          __align__(8) __nv_bfloat16 o[4];
-#pragma unroll
-          for (int q = 0; q < 4; ++q)
-            o[q] = __float2bfloat16_rn(a[q] * gam[4 * h + q] - coef[tt] * xv[q] + hp[tt][i] * gv[q]);
-          *reinterpret_cast<uint2*>(dx + t * K + k4) = *reinterpret_cast<const uint2*>(o);
-          if (dvecX) *reinterpret_cast<float4*>(dvecX + t * K + k4) = make_float4(a[0], a[1], a[2], a[3]);
-        } else {
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const int k = k4 + q;
-            if (k >= K) break;
-            const int i = k / D, d = k % D;
-            float v = __bfloat162float(x[t * K + k]), gi = __bfloat162float(dh_in[t * D + d]);
-            dx[t * K + k] = __float2bfloat16_rn(a[q] * gam[4 * h + q] - coef[tt] * v + hp[tt][i] * gi);
-            if (dvecX) dvecX[t * K + k] = a[q];
-          }
+        for (int q = 0; q < 4; ++q) {
+          const int k = k4 + q;
+          if (k >= K) break;
+          const int i = k / D, d = k % D;
+          float v = __bfloat162float(x[t * K + k]), gi = __bfloat162float(dh_in[t * D + d]);
+          dx[t * K + k] = __float2bfloat16_rn(a[q] * gam[4 * h + q] - coef[tt] * v + hp[tt][i] * gi);
+          if (dvecX) dvecX[t * K + k] = a[q];
         }
       }
     }
@@ -306,7 +300,7 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   CUDA_CHECK(cudaFuncSetAttribute(dx_kernel<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dx_smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
-  dx_kernel<n><<<dim3(ctiles, unsigned((p.T + kDxTok * kDxSub - 1) / (kDxTok * kDxSub))), kThreads, dx_smem, s>>>(p);
+  dx_kernel<n><<<dim3(ctiles, unsigned((p.T + kDxTok - 1) / kDxTok)), kThreads, dx_smem, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   param_partial<n><<<dim3(ctiles, unsigned(p.splits)), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
