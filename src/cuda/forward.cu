@@ -100,8 +100,10 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
     for (int s = 0; s < RJ; ++s) acc[r][s] = grp[r][s] = 0.0f;
   float ss = 0.0f, ss_grp = 0.0f;
 
-  const bool vec = K % 8 == 0;
-  TileRegs<FT, N> next;
+  // Prefetching costs registers; at n >= 7 that cut occupancy more than it hid latency.
+  constexpr bool kPrefetch = N <= 48;
+  const bool vec = kPrefetch && K % 8 == 0;
+  TileRegs<FT, kPrefetch ? N : 1> next;
   if (vec) next.load(p, K, t0, 0);
   for (int k0 = 0, tile = 1; k0 < K; k0 += kTileK, ++tile) {
     if (vec)
