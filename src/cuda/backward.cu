@@ -322,17 +322,7 @@ int token_splits(int64_t T, int64_t K) {
 }
 
 void launch_backward(const BwdParams& p, cudaStream_t s) {
-  switch (p.n) {
-    case 1: return launch<1>(p, s);
-    case 2: return launch<2>(p, s);
-    case 3: return launch<3>(p, s);
-    case 4: return launch<4>(p, s);
-    case 5: return launch<5>(p, s);
-    case 6: return launch<6>(p, s);
-    case 7: return launch<7>(p, s);
-    case 8: return launch<8>(p, s);
-  }
-  throw std::logic_error("launch_backward: n out of range");
+  dispatch_n(p.n, [&](auto n) { launch<decltype(n)::value>(p, s); });
 }
 
 }  // namespace mhc::cuda

@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <stdexcept>
+#include <type_traits>
 
 namespace mhc::cuda {
 
@@ -55,6 +57,21 @@ struct BwdParams {
 // Number of token splits of the dphi/dgamma reduction: a function of the shape only,
 // so results are the same bits on every device.
 int token_splits(int64_t T, int64_t K);
+
+// Kernels are compiled once per n (register arrays need it): calls f(integral_constant<n>).
+template <class F> void dispatch_n(int n, F&& f) {
+  switch (n) {
+    case 1: return f(std::integral_constant<int, 1>{});
+    case 2: return f(std::integral_constant<int, 2>{});
+    case 3: return f(std::integral_constant<int, 3>{});
+    case 4: return f(std::integral_constant<int, 4>{});
+    case 5: return f(std::integral_constant<int, 5>{});
+    case 6: return f(std::integral_constant<int, 6>{});
+    case 7: return f(std::integral_constant<int, 7>{});
+    case 8: return f(std::integral_constant<int, 8>{});
+  }
+  throw std::logic_error("n out of range 1..8");
+}
 
 void launch_forward(const FwdParams& p, cudaStream_t s);
 void launch_backward(const BwdParams& p, cudaStream_t s);
