@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "backends.h"
 #include "h5io.h"
 #include "support.h"
 
@@ -159,6 +160,18 @@ TEST_SUITE("cli") {
     auto v = test::sh(test::mhc("--version"));
     CHECK(v.rc == 0);
     CHECK(v.out.rfind("mhc 0.", 0) == 0);
+    CHECK(v.out.find(cuda_built() ? "CUDA backend built for sm_" : "CPU only: built without CUDA") != std::string::npos);
+  }
+
+  TEST_CASE("--backend cuda without a GPU (or without CUDA) is one line and status 2") {
+    Bad b("nocuda");
+    auto r = test::sh(test::mhc("run -q --backend cuda " + b.run().substr(4)));
+    if (r.rc == 0) {  // a GPU machine: the run worked
+      CHECK(std::filesystem::exists(b.out));
+    } else {
+      b.expect_error("run --backend cuda " + b.run().substr(4),
+                     {cuda_built() ? "no CUDA device" : "built without CUDA"});
+    }
   }
 
   TEST_CASE("gen, run and inspect agree with the library") {

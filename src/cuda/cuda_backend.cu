@@ -103,6 +103,10 @@ struct DeviceCase {
   }
 };
 
+// All-ones bytes: NaN in float32 and in bf16, so an element a kernel fails to write
+// shows up as NaN in the diff instead of as a stale value from an earlier run.
+template <class T> void poison(DeviceArray<T>& a) { CUDA_CHECK(cudaMemset(a.p, 0xff, a.n * sizeof(T))); }
+
 }  // namespace
 
 std::string cuda_device_name() {
@@ -117,6 +121,11 @@ std::string cuda_device_name() {
 void cuda_run(Case& c, Pass pass, bool dump_intermediates) {
   const bool backward = pass != Pass::fwd && c.has_gradients();
   DeviceCase d(c, backward, dump_intermediates);
+  for (auto* a : {&d.inv_rms, &d.h_mix, &d.h_pre, &d.h_post, &d.h_res, &d.dh_pre, &d.dh_mix, &d.dinv_rms, &d.dvecX,
+                  &d.dphi, &d.dalpha, &d.dbias, &d.dgamma})
+    if (a->p) poison(*a);
+  for (auto* a : {&d.h_in, &d.dx})
+    if (a->p) poison(*a);
   if (pass == Pass::bwd)
     d.upload_forward(c);
   else
