@@ -189,6 +189,8 @@ TEST_SUITE("cli") {
     CHECK(out.get("h_in").shape == Shape{2, 5, 6});  // the [B,S,..] layout is kept
     auto i = test::sh(test::mhc("inspect " + dir + "/out.h5"));
     CHECK(i.rc == 0);
+    CHECK(i.out.find("backend=cpu") != std::string::npos);
+    CHECK(i.out.find("precision=fp32") != std::string::npos);
     auto line = i.out.substr(i.out.find("/backward/dx "));
     line = line.substr(0, line.find('\n'));
     CHECK(line.find(" [2,5,4,6] ") != std::string::npos);

@@ -76,6 +76,8 @@ void add_diff(CLI::App& app, int& rc) {
       if (std::string d = inputs_difference(a, b); !d.empty())
         fail(o->a, " and ", o->b, ": inputs differ (", d, "); use --ignore-inputs to compare anyway");
 
+    if (!o->input.empty() && !a_backend && !b_backend)
+      std::cerr << "mhc diff: --input ignored: both sides are files with their own /inputs\n";
     Case inputs;
     if (!o->input.empty()) {
       inputs = load_case(o->input, lo, false);

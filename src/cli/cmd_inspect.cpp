@@ -14,9 +14,13 @@ void add_inspect(CLI::App& app, int& rc) {
   sub->add_option("file", *file, "HDF5 file")->required();
   sub->footer("Example:\n  mhc inspect out.h5");
   sub->callback([file, &rc] {
-    std::printf("%-22s %-16s %-9s %12s %12s %12s %8s %8s\n", "dataset", "shape", "dtype", "min", "max", "mean",
+    std::map<std::string, std::string> attrs;
+    std::vector<DatasetInfo> datasets = list_datasets(*file, &attrs);
+    std::printf("%s", file->c_str());
+    for (auto& [k, v] : attrs) std::printf("  %s=%s", k.c_str(), v.c_str());
+    std::printf("\n%-22s %-16s %-9s %12s %12s %12s %8s %8s\n", "dataset", "shape", "dtype", "min", "max", "mean",
                 "nan", "inf");
-    for (const DatasetInfo& d : list_datasets(*file)) {
+    for (const DatasetInfo& d : datasets) {
       std::printf("%-22s %-16s %-9s", d.path.c_str(), shape_str(d.shape).c_str(), d.type.c_str());
       if (d.is_float) {
         Stats s = stats(d.values);

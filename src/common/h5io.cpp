@@ -163,17 +163,25 @@ void load_inputs(const H5::H5File& f, const std::string& file, const LoadOptions
   c.prob.hc_eps = read_eps(g, "hc_eps", 1e-6, gw);
 }
 
+// The producer's string attributes on the root group (producer, version, backend, ...).
+std::map<std::string, std::string> read_root_attrs(const H5::H5File& f) {
+  std::map<std::string, std::string> attrs;
+  for (const char* key : {"producer", "version", "backend", "precision", "device"}) {
+    if (!f.attrExists(key)) continue;
+    H5::Attribute a = f.openAttribute(key);
+    if (a.getTypeClass() != H5T_STRING) continue;
+    std::string v;
+    a.read(a.getStrType(), v);
+    attrs[key] = v;
+  }
+  return attrs;
+}
+
 void load_outputs(const H5::H5File& f, const std::string& file, Case& c) {
   for (const Stage& s : stage_table())
     if (s.group != Group::inputs && link_exists(f, dataset_path(s)))
       c.t[s.name] = read_float(f, file, dataset_path(s));
-  for (const char* key : {"producer", "version", "backend", "precision"}) {
-    if (!f.attrExists(key)) continue;
-    H5::Attribute a = f.openAttribute(key);
-    std::string v;
-    a.read(a.getStrType(), v);
-    c.attrs[key] = v;
-  }
+  c.attrs = read_root_attrs(f);
 }
 
 std::string parent_dir(const std::string& path) {
@@ -282,7 +290,7 @@ void save_case(const std::string& path, const Case& c) {
   }
 }
 
-std::vector<DatasetInfo> list_datasets(const std::string& path) {
+std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::string, std::string>* attrs) {
   H5::H5File f = open_h5(path);
   std::vector<std::string> names;
   auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
@@ -291,6 +299,7 @@ std::vector<DatasetInfo> list_datasets(const std::string& path) {
   };
   std::vector<DatasetInfo> out;
   try {
+    if (attrs) *attrs = read_root_attrs(f);
     H5Ovisit(f.getId(), H5_INDEX_NAME, H5_ITER_NATIVE, visit, &names);
     for (auto& n : names) {
       H5::DataSet ds = f.openDataSet(n);

@@ -26,13 +26,14 @@ void check_output_path(const std::string& out, const std::string& in, bool force
 // Writes the case atomically (temporary file + rename).
 void save_case(const std::string& path, const Case& c);
 
-// The dtype a dataset is stored with, for `inspect`; names non-float types too.
+// A dataset as stored, for `inspect`; names non-float types too.
 struct DatasetInfo {
   std::string path, type;
   Shape shape;
   bool is_float = false;
   Tensor values;  // read as float64 when is_float
 };
-std::vector<DatasetInfo> list_datasets(const std::string& path);
+// Every dataset of any HDF5 file; `attrs`, when given, receives the root's string attributes.
+std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::string, std::string>* attrs = nullptr);
 
 }  // namespace mhc
