@@ -34,7 +34,7 @@ Case generate_case(const Problem& p, uint64_t seed, bool gradients) {
   fill("bias", [&] { return 0.1 * rng.normal(); });
   fill("gamma", [&] { return 1.0 + 0.1 * rng.normal(); });
   if (gradients)
-    for (const char* g : {"dh_in", "dh_post", "dh_res"}) fill(g, [&] { return rng.normal(); });
+    for (const std::string& g : gradient_inputs()) fill(g.c_str(), [&] { return rng.normal(); });
   return c;
 }
 

@@ -133,8 +133,7 @@ void load_inputs(const H5::H5File& f, const std::string& file, const LoadOptions
         Tensor ones(want, DType::f32);
         for (int64_t i = 0; i < ones.size(); ++i) ones.data<float>()[i] = 1.0f;
         c.t["gamma"] = std::move(ones);
-      } else if (s.name != std::string("dh_in") && s.name != std::string("dh_post") &&
-                 s.name != std::string("dh_res")) {
+      } else if (!is_gradient_input(s.name)) {
         fail(where(s), "missing dataset (expected ", dtype_name(s.dtype), " ", stage_shape_str(s), " = ",
              shape_str(want), ")");
       }

@@ -84,4 +84,10 @@ const std::vector<std::string>& gradient_inputs() {
   return g;
 }
 
+bool is_gradient_input(const std::string& name) {
+  for (auto& g : gradient_inputs())
+    if (g == name) return true;
+  return false;
+}
+
 }  // namespace mhc

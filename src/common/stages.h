@@ -38,5 +38,6 @@ DType stored_dtype(const Stage& s, Precision prec);
 
 // The three upstream gradients; backward runs when all are present.
 const std::vector<std::string>& gradient_inputs();
+bool is_gradient_input(const std::string& name);
 
 }  // namespace mhc
