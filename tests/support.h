@@ -11,6 +11,7 @@
 
 #include "case.h"
 #include "cpu_backend.h"
+#include "diff.h"
 #include "generate.h"
 
 namespace mhc::test {
@@ -68,6 +69,12 @@ inline Case golden(const Problem& p, uint64_t seed, Precision prec = Precision::
   Case c = generate_case(p, seed, grads);
   cpu_run(c, prec);
   return c;
+}
+
+// A against B under the budget measured on B's inputs.
+inline DiffReport diff(const Case& a, const Case& b, const DiffOptions& opt = {}) {
+  References refs(b);
+  return diff_cases(a, b, refs, opt);
 }
 
 }  // namespace mhc::test

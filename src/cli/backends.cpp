@@ -13,12 +13,22 @@ namespace mhc {
 
 std::string BackendSpec::str() const { return name == "cpu" ? cat("cpu:", precision_name(prec)) : name; }
 
+static const char* const kBackends[] = {"cpu", "cpu:fp32", "cpu:fp64", "cuda", "cuda:fp32"};
+
+std::string backend_names() {
+  std::string s;
+  for (const char* b : kBackends) s += cat(s.empty() ? "" : ", ", b);
+  return s;
+}
+
 bool is_backend_spec(const std::string& text) {
-  return text == "cpu" || text == "cpu:fp32" || text == "cpu:fp64" || text == "cuda" || text == "cuda:fp32";
+  for (const char* b : kBackends)
+    if (text == b) return true;
+  return false;
 }
 
 BackendSpec parse_backend(const std::string& text) {
-  if (!is_backend_spec(text)) fail("unknown backend '", text, "': expected cpu, cpu:fp32, cpu:fp64 or cuda");
+  if (!is_backend_spec(text)) fail("unknown backend '", text, "': expected one of ", backend_names());
   BackendSpec b;
   b.name = text.substr(0, text.find(':'));
   b.prec = text == "cpu:fp64" ? Precision::fp64 : Precision::fp32;

@@ -13,6 +13,8 @@ struct BackendSpec {
   std::string str() const;  // "cpu:fp64"
 };
 
+// "cpu, cpu:fp32, cpu:fp64, cuda": the names parse_backend accepts.
+std::string backend_names();
 // Throws UserError on an unknown spec.
 BackendSpec parse_backend(const std::string& text);
 // True when `text` names a backend rather than a file.

@@ -1,4 +1,5 @@
 // cmd_diff.cpp — mhc diff A B: compare two runs (backends or files) stage by stage.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -25,15 +26,63 @@ std::pair<double, double> parse_pair(const std::string& text, const std::string&
   return {a, b};
 }
 
+// A side is a backend when it names one and no file of that name exists.
+bool is_backend_side(const std::string& text) {
+  struct stat st;
+  if (stat(text.c_str(), &st) == 0) return false;
+  if (is_backend_spec(text)) return true;
+  if (text.find('/') == std::string::npos && text.find('.') == std::string::npos)
+    fail("'", text, "' is neither a backend (", backend_names(), ") nor an existing file");
+  return false;
+}
+
+// --require: "all", "forward", "backward" or a comma-separated list of stages.
+std::set<std::string> parse_require(const std::string& text) {
+  std::set<std::string> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = std::min(text.find(',', pos), text.size());
+    std::string item = text.substr(pos, end - pos);
+    bool found = false;
+    for (const Stage& s : stage_table()) {
+      if (s.group == Group::inputs) continue;
+      if (item == "all" || item == s.name || item == group_name(s.group)) out.insert(s.name), found = true;
+    }
+    if (!found) fail("--require ", item, ": expected all, forward, backward or computed stages (e.g. h_mix,dphi)");
+    pos = end + 1;
+  }
+  return out;
+}
+
+// --dump-diff: per compared stage, A - B, the error in the stage's unit and the mismatch mask.
+void dump_diff(const std::string& path, const Case& a, const Case& b, const DiffReport& rep) {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (const StageReport& s : rep.stages) {
+    if (!s.compared) continue;
+    const Tensor &ta = a.get(s.name), &tb = b.get(s.name);
+    Tensor d(tb.shape, DType::f32), e(tb.shape, DType::f32), m(tb.shape, DType::f32);
+    for (int64_t i = 0; i < tb.size(); ++i) {
+      d.data<float>()[i] = float(ta.at(i) - tb.at(i));
+      e.data<float>()[i] = s.elem_error[size_t(i)];
+      m.data<float>()[i] = s.elem_mask[size_t(i)];
+    }
+    out.emplace_back(cat("/", s.name, "/a_minus_b"), std::move(d));
+    out.emplace_back(cat("/", s.name, "/error"), std::move(e));
+    out.emplace_back(cat("/", s.name, "/mismatch"), std::move(m));
+  }
+  save_tensors(path, out);
+}
+
 }  // namespace
 
 void add_diff(CLI::App& app, int& rc) {
   struct Opts {
-    std::string a, b, input, tolerance = "budget", shape = kDefaultShape;
+    std::string a, b, input, tolerance = "budget", shape = kDefaultShape, accept = "fp32", require, dump, report;
     std::vector<std::string> tol;
     double factor = 2, atol = -1, rtol = -1;
     uint64_t seed = 0;
-    bool json = false, ignore_inputs = false;
+    int64_t tile = 64;
+    bool json = false, ignore_inputs = false, strict = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("diff", "Compare two runs stage by stage; name the first divergent stage");
@@ -42,24 +91,36 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("--input", o->input, "inputs for backend sides (default: the file side's /inputs, else generated)");
   sub->add_option("--shape", o->shape, "shape of the generated default case")->capture_default_str();
   sub->add_option("--seed", o->seed, "seed of the generated default case")->capture_default_str();
+  sub->add_option("--accept", o->accept, "loosest accuracy class that passes: fp32, tf32 or bf16")
+      ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))->capture_default_str();
+  sub->add_option("--require", o->require, "stages that must be present: all, forward, backward or a list");
   sub->add_option("--tolerance", o->tolerance, "budget (default) or fixed")
       ->check(CLI::IsMember({"budget", "fixed"}))->capture_default_str();
-  sub->add_option("--budget-factor", o->factor, "k in: error <= k x golden error + floor")
+  sub->add_option("--budget-factor", o->factor, "k in: error <= k x plain fp32 error + B's error + floor")
       ->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--atol", o->atol, "fixed policy: absolute tolerance (default per dtype)");
   sub->add_option("--rtol", o->rtol, "fixed policy: relative tolerance (default per dtype)");
   sub->add_option("--tol", o->tol, "per-stage fixed tolerance STAGE=ATOL,RTOL (repeatable)");
-  sub->add_flag("--ignore-inputs", o->ignore_inputs, "compare files whose /inputs differ");
+  sub->add_option("--tile", o->tile, "tile size the where-summary names")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--dump-diff", o->dump, "write A-B, per-element error and mismatch mask of every stage to FILE.h5");
+  sub->add_flag("--ignore-inputs", o->ignore_inputs, "compare files whose /inputs differ (same shapes)");
+  sub->add_flag("--strict", o->strict, "inputs that need rounding to their dtype are an error");
   sub->add_flag("--json", o->json, "print the report as JSON");
   sub->footer(
-      "Exit status: 0 match, 1 diverged, 2 error.\n"
+      "Exit status: 0 match, 1 diverged (or a --require'd stage missing), 2 error or invalid comparison\n"
+      "(unknown dataset, stage stored in a lossy type or shape, inputs that differ, nothing compared).\n"
       "Examples:\n  mhc diff cpu cpu:fp64 --input data/example.h5\n  mhc diff cpu cuda\n"
-      "  mhc diff mine.h5 cpu            (your kernel's dump against the golden on its own inputs)\n"
+      "  mhc diff mine.h5 cpu                 (your kernel's dump against the golden on its own inputs)\n"
+      "  mhc diff mine.h5 cpu:fp64 --accept tf32 --require all\n"
+      "  mhc diff mine.h5 cpu --json --dump-diff errors.h5\n"
       "  mhc diff a.h5 b.h5 --tolerance fixed --atol 1e-5 --rtol 1e-3 --tol dphi=1e-4,1e-3");
   sub->callback([o, &rc] {
     DiffOptions opt;
     opt.fixed = o->tolerance == "fixed";
-    opt.budget_factor = o->factor, opt.atol = o->atol, opt.rtol = o->rtol;
+    opt.budget_factor = o->factor, opt.atol = o->atol, opt.rtol = o->rtol, opt.tile = o->tile;
+    opt.accept = parse_accuracy(o->accept);
+    opt.keep_elements = !o->dump.empty();
+    if (!o->require.empty()) opt.require = parse_require(o->require);
     for (auto& t : o->tol) {
       auto eq = t.find('=');
       std::string name = t.substr(0, eq);
@@ -67,20 +128,30 @@ void add_diff(CLI::App& app, int& rc) {
         fail("--tol ", t, ": expected STAGE=ATOL,RTOL with STAGE a computed stage (e.g. dphi=1e-4,1e-3)");
       opt.per_stage[name] = parse_pair(t.substr(eq + 1), "--tol " + t);
     }
-    bool a_backend = is_backend_spec(o->a), b_backend = is_backend_spec(o->b);
+    bool a_backend = is_backend_side(o->a), b_backend = is_backend_side(o->b);
     LoadOptions lo;
+    lo.strict = o->strict;
     Case a, b;
     if (!a_backend) a = load_case(o->a, lo, true);
     if (!b_backend) b = load_case(o->b, lo, true);
-    if (!a_backend && !b_backend && !o->ignore_inputs)
-      if (std::string d = inputs_difference(a, b); !d.empty())
+    if (!a_backend && !b_backend) {
+      std::string d = inputs_difference(a, b);
+      if (!d.empty() && !o->ignore_inputs)
         fail(o->a, " and ", o->b, ": inputs differ (", d, "); use --ignore-inputs to compare anyway");
+      if (!d.empty() && (a.prob.tokens != b.prob.tokens || a.prob.n != b.prob.n || a.prob.D != b.prob.D))
+        fail(o->a, " and ", o->b, ": --ignore-inputs needs the same shapes, found ", a.prob.str(), " and ", b.prob.str());
+    }
 
-    if (!o->input.empty() && !a_backend && !b_backend)
-      std::cerr << "mhc diff: --input ignored: both sides are files with their own /inputs\n";
+    for (auto* side : {&o->a, &o->b})
+      if (!o->dump.empty()) check_output_path(o->dump, is_backend_spec(*side) ? "" : *side, true);
+
     Case inputs;
     if (!o->input.empty()) {
       inputs = load_case(o->input, lo, false);
+      for (auto [side, c, is_file] : {std::tuple{&o->a, &a, !a_backend}, std::tuple{&o->b, &b, !b_backend}})
+        if (std::string d = is_file ? inputs_difference(*c, inputs) : ""; !d.empty())
+          fail(*side, ": its /inputs differ from --input ", o->input, " (", d,
+               "); a file side is compared on its own inputs: drop --input or pass the matching file");
     } else if (!b_backend) {
       inputs = b.inputs_only();
     } else if (!a_backend) {
@@ -93,16 +164,18 @@ void add_diff(CLI::App& app, int& rc) {
     if (a_backend) a = inputs.inputs_only(), run_backend(parse_backend(o->a), a, Pass::both, true);
     if (b_backend) b = inputs.inputs_only(), run_backend(parse_backend(o->b), b, Pass::both, true);
 
-    Budget budget = opt.fixed ? Budget{} : measure_budget(b.inputs_only());
-    DiffReport rep = diff_cases(a, b, budget, opt);
+    References refs(b);
+    DiffReport rep = diff_cases(a, b, refs, opt);
+    if (!o->dump.empty()) dump_diff(o->dump, a, b, rep);
     if (o->json) {
       std::cout << report_json(rep);
     } else {
       bool colour = isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
-      std::cout << "A: " << o->a << "   B (reference): " << o->b << "   " << b.prob.str() << "\n"
+      std::cout << "A: " << o->a << "   B (reference): " << o->b << "   " << b.prob.str() << "   accept "
+                << o->accept << "\n"
                 << report_table(rep, colour);
     }
-    rc = rep.match ? 0 : 1;
+    rc = rep.exit_status();
   });
 }
 

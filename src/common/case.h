@@ -2,6 +2,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include "stages.h"
 
@@ -11,6 +12,8 @@ struct Case {
   Problem prob;
   TensorMap t;                                // stage name -> tensor
   std::map<std::string, std::string> attrs;  // producer attributes (backend, precision, ...)
+  std::map<std::string, std::string> stored_as;  // stage -> HDF5 type, when not bf16/float32/float64
+  std::vector<std::string> unknown;              // datasets under /, /inputs, /forward, /backward not in the schema
 
   bool has(const std::string& name) const { return t.count(name) != 0; }
   const Tensor& get(const std::string& name) const;  // MHC_CHECKs presence

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <iostream>
 
 #include "version.h"
@@ -69,16 +70,37 @@ Shape dataset_shape(const H5::DataSet& ds) {
   return Shape(dims.begin(), dims.end());
 }
 
-// Reads a float dataset keeping bf16/float32/float64; other float formats come as float64.
-Tensor read_float(const H5::H5File& f, const std::string& file, const std::string& path) {
+// The HDF5 float type's name: bfloat16, float16 (IEEE half), float32, float64, or floatN.
+std::string float_type_name(const H5::FloatType& ft) {
+  if (is_bf16(ft)) return "bfloat16";
+  return cat("float", ft.getSize() * 8);
+}
+
+// Reads a float dataset keeping bf16/float32/float64; other float formats come as float64,
+// their type's name in *stored when given.
+Tensor read_float(const H5::H5File& f, const std::string& file, const std::string& path, std::string* stored = nullptr) {
   H5::DataSet ds = f.openDataSet(path);
   if (ds.getTypeClass() != H5T_FLOAT)
     fail(file, ": ", path, ": expected a floating-point dataset, found ", class_name(ds.getTypeClass()));
   H5::FloatType ft = ds.getFloatType();
-  DType dt = is_bf16(ft) ? DType::bf16 : ft.getSize() == 4 ? DType::f32 : DType::f64;
+  std::string name = float_type_name(ft);
+  DType dt = name == "bfloat16" ? DType::bf16 : name == "float32" ? DType::f32 : DType::f64;
+  if (stored && name != "bfloat16" && name != "float32" && name != "float64") *stored = name;
   Tensor t(dataset_shape(ds), dt);
   if (t.size()) ds.read(t.bytes.data(), mem_type(dt));
   return t;
+}
+
+// Every dataset's path in the file ("/forward/h_mix"); a failed walk is an error, never "empty".
+std::vector<std::string> dataset_paths(const H5::H5File& f, const std::string& file) {
+  std::vector<std::string> names;
+  auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
+    if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(cat("/", name));
+    return 0;
+  };
+  if (H5Ovisit(f.getId(), H5_INDEX_NAME, H5_ITER_NATIVE, visit, &names) < 0)
+    fail(file, ": cannot list the file's datasets (corrupt group or link?)");
+  return names;
 }
 
 // Rounds an input to the dtype the stage table gives it, counting what changed.
@@ -177,9 +199,18 @@ std::map<std::string, std::string> read_root_attrs(const H5::H5File& f) {
 }
 
 void load_outputs(const H5::H5File& f, const std::string& file, Case& c) {
-  for (const Stage& s : stage_table())
-    if (s.group != Group::inputs && link_exists(f, dataset_path(s)))
-      c.t[s.name] = read_float(f, file, dataset_path(s));
+  for (const std::string& path : dataset_paths(f, file)) {
+    std::string group = path.substr(0, path.rfind('/'));
+    const Stage* s = find_stage(path.substr(path.rfind('/') + 1));
+    if (s && path == dataset_path(*s)) {
+      if (s->group == Group::inputs) continue;
+      std::string stored;
+      c.t[s->name] = read_float(f, file, path, &stored);
+      if (!stored.empty()) c.stored_as[s->name] = stored;
+    } else if (group.empty() || group == "/inputs" || group == "/forward" || group == "/backward") {
+      c.unknown.push_back(path);  // other groups are the user's own
+    }
+  }
   c.attrs = read_root_attrs(f);
 }
 
@@ -244,36 +275,30 @@ void check_output_path(const std::string& out, const std::string& in, bool force
   unlink(probe.c_str());
 }
 
-void save_case(const std::string& path, const Case& c) {
+namespace {
+
+void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
+  std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+  H5::DataSpace sp(int(dims.size()), dims.data());
+  H5::DataType ft = t.dtype == DType::bf16  ? H5::DataType(bf16_type())
+                    : t.dtype == DType::f32 ? H5::DataType(H5::PredType::IEEE_F32LE)
+                                            : H5::DataType(H5::PredType::IEEE_F64LE);
+  H5::LinkCreatPropList lcpl;
+  lcpl.setCreateIntermediateGroup(true);
+  H5::DataSet ds = f.createDataSet(path, ft, sp, H5::DSetCreatPropList::DEFAULT, H5::DSetAccPropList::DEFAULT, lcpl);
+  if (t.size()) ds.write(t.bytes.data(), mem_type(t.dtype));
+}
+
+// Writes a new file through `fill` into a temporary file beside `path`, then renames it
+// into place: no partial output survives a failure.
+void write_atomically(const std::string& path, const std::function<void(H5::H5File&)>& fill) {
   H5::Exception::dontPrint();
   std::string tmp = temp_path(path);
   try {
     H5::H5File f(tmp, H5F_ACC_TRUNC);
     write_str_attr(f, "producer", "mhc");
     write_str_attr(f, "version", MHC_VERSION);
-    for (auto& [k, v] : c.attrs)
-      if (k != "producer" && k != "version") write_str_attr(f, k, v);
-    int schema = MHC_SCHEMA_VERSION;
-    f.createAttribute("schema_version", H5::PredType::STD_I32LE, H5::DataSpace(H5S_SCALAR))
-        .write(H5::PredType::NATIVE_INT, &schema);
-    for (Group grp : {Group::inputs, Group::forward, Group::backward}) {
-      H5::Group g = f.createGroup(cat("/", group_name(grp)));
-      if (grp == Group::inputs)
-        for (auto [key, v] : {std::pair{"norm_eps", c.prob.norm_eps}, std::pair{"hc_eps", c.prob.hc_eps}})
-          g.createAttribute(key, H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR))
-              .write(H5::PredType::NATIVE_DOUBLE, &v);
-      for (const Stage& s : stage_table()) {
-        if (s.group != grp || !c.has(s.name)) continue;
-        const Tensor& t = c.get(s.name);
-        std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
-        H5::DataSpace sp(int(dims.size()), dims.data());
-        H5::DataType ft = t.dtype == DType::bf16  ? H5::DataType(bf16_type())
-                          : t.dtype == DType::f32 ? H5::DataType(H5::PredType::IEEE_F32LE)
-                                                  : H5::DataType(H5::PredType::IEEE_F64LE);
-        H5::DataSet ds = g.createDataSet(s.name, ft, sp);
-        if (t.size()) ds.write(t.bytes.data(), mem_type(t.dtype));
-      }
-    }
+    fill(f);
     f.close();
   } catch (const H5::Exception& e) {
     unlink(tmp.c_str());
@@ -289,18 +314,39 @@ void save_case(const std::string& path, const Case& c) {
   }
 }
 
+}  // namespace
+
+void save_case(const std::string& path, const Case& c) {
+  write_atomically(path, [&](H5::H5File& f) {
+    for (auto& [k, v] : c.attrs)
+      if (k != "producer" && k != "version") write_str_attr(f, k, v);
+    int schema = MHC_SCHEMA_VERSION;
+    f.createAttribute("schema_version", H5::PredType::STD_I32LE, H5::DataSpace(H5S_SCALAR))
+        .write(H5::PredType::NATIVE_INT, &schema);
+    for (Group grp : {Group::inputs, Group::forward, Group::backward}) {
+      H5::Group g = f.createGroup(cat("/", group_name(grp)));
+      if (grp == Group::inputs)
+        for (auto [key, v] : {std::pair{"norm_eps", c.prob.norm_eps}, std::pair{"hc_eps", c.prob.hc_eps}})
+          g.createAttribute(key, H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR))
+              .write(H5::PredType::NATIVE_DOUBLE, &v);
+      for (const Stage& s : stage_table())
+        if (s.group == grp && c.has(s.name)) write_dataset(f, dataset_path(s), c.get(s.name));
+    }
+  });
+}
+
+void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets) {
+  write_atomically(path, [&](H5::H5File& f) {
+    for (auto& [name, t] : datasets) write_dataset(f, name, t);
+  });
+}
+
 std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::string, std::string>* attrs) {
   H5::H5File f = open_h5(path);
-  std::vector<std::string> names;
-  auto visit = [](hid_t, const char* name, const H5O_info_t* info, void* data) -> herr_t {
-    if (info->type == H5O_TYPE_DATASET) static_cast<std::vector<std::string>*>(data)->push_back(cat("/", name));
-    return 0;
-  };
   std::vector<DatasetInfo> out;
   try {
     if (attrs) *attrs = read_root_attrs(f);
-    H5Ovisit(f.getId(), H5_INDEX_NAME, H5_ITER_NATIVE, visit, &names);
-    for (auto& n : names) {
+    for (auto& n : dataset_paths(f, path)) {
       H5::DataSet ds = f.openDataSet(n);
       DatasetInfo d;
       d.path = n;
@@ -308,8 +354,7 @@ std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::st
       d.is_float = ds.getTypeClass() == H5T_FLOAT;
       if (d.is_float) {
         d.values = read_float(f, path, n);
-        H5::FloatType ft = ds.getFloatType();
-        d.type = is_bf16(ft) ? "bfloat16" : cat("float", ft.getSize() * 8);
+        d.type = float_type_name(ds.getFloatType());
       } else {
         d.type = class_name(ds.getTypeClass());
       }

@@ -4,6 +4,8 @@
 // file in the target directory and are renamed into place, so no partial output survives.
 #pragma once
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "case.h"
 
@@ -25,6 +27,9 @@ void check_output_path(const std::string& out, const std::string& in, bool force
 
 // Writes the case atomically (temporary file + rename).
 void save_case(const std::string& path, const Case& c);
+
+// Writes datasets ("/group/name" -> tensor) to a new file, atomically like save_case.
+void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets);
 
 // A dataset as stored, for `inspect`; names non-float types too.
 struct DatasetInfo {

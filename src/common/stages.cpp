@@ -1,5 +1,8 @@
 #include "stages.h"
 
+#include <algorithm>
+#include <cctype>
+
 namespace mhc {
 
 using enum Dim;
@@ -51,6 +54,34 @@ const Stage& stage(const std::string& name) {
   const Stage* s = find_stage(name);
   MHC_CHECK(s, "unknown stage ", name);
   return *s;
+}
+
+namespace {
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (std::tolower(a[i - 1]) != std::tolower(b[j - 1]))});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+}  // namespace
+
+std::string suggest_stage(const std::string& path) {
+  std::string name = path.substr(path.rfind('/') + 1);
+  const Stage* best = nullptr;
+  size_t best_d = 3;  // at most two edits away
+  for (auto& s : stage_table()) {
+    size_t d = edit_distance(name, s.name);
+    if (d < best_d) best = &s, best_d = d;
+  }
+  return best ? cat("did you mean ", dataset_path(*best), "?") : "";
 }
 
 Shape stage_shape(const Stage& s, const Problem& p) {

@@ -31,6 +31,9 @@ const std::vector<Stage>& stage_table();
 const Stage* find_stage(const std::string& name);  // nullptr if unknown
 const Stage& stage(const std::string& name);        // MHC_CHECKs that it exists
 
+// For a dataset path that names no stage: "did you mean /forward/h_mix?", or "" when nothing is close.
+std::string suggest_stage(const std::string& path);
+
 Shape stage_shape(const Stage& s, const Problem& p);
 std::string stage_shape_str(const Stage& s);        // "[..,n,D]" symbolic
 std::string dataset_path(const Stage& s);           // "/forward/h_mix"

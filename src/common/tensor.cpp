@@ -35,6 +35,15 @@ Tensor convert(const Tensor& t, DType to) {
   return r;
 }
 
+double finite_rms(const Tensor& t) {
+  double s = 0;
+  int64_t n = 0;
+  for (int64_t i = 0; i < t.size(); ++i)
+    if (double v = t.at(i); std::isfinite(v)) s += v * v, ++n;
+  double r = n ? std::sqrt(s / double(n)) : 0;
+  return r > 0 ? r : 1;
+}
+
 std::vector<double> to_f64(const Tensor& t) {
   std::vector<double> r(size_t(t.size()));
   for (int64_t i = 0; i < t.size(); ++i) r[size_t(i)] = t.at(i);

@@ -55,6 +55,8 @@ struct Tensor {
 
 // Element-wise conversion to another dtype (round to nearest even).
 Tensor convert(const Tensor& t, DType to);
+// RMS of the finite elements; 1 when that is 0 (a scale that is never zero).
+double finite_rms(const Tensor& t);
 // All elements as doubles.
 std::vector<double> to_f64(const Tensor& t);
 

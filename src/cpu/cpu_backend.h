@@ -3,18 +3,34 @@
 // fp32: the operator's arithmetic with fp32 accumulation, h_in and dx rounded to bf16.
 // fp64: every operation in double, every stage stored as float64 (the oracle).
 // Results are bitwise identical for any thread count: work is split into fixed-size
-// pieces and every reduction over tokens runs in a fixed order.
+// pieces and every reduction runs in a fixed order.
+//
+// `plain` evaluations are the diff's reference for what a correct kernel may do
+// (docs/diff.md): fp32 with every reduction one sequential chain (the least accurate
+// common order), GEMM operands optionally rounded to tf32 or bf16, and h_in, dx stored
+// unrounded (float32) so that their error before rounding can be measured.
 #pragma once
 #include "case.h"
 
 namespace mhc {
 
+// GEMM operands of a plain evaluation: as given, tf32 (mantissa truncated to 10 bits, as
+// tensor cores read fp32), or bf16 (round to nearest even). x is bf16 already: exact in both.
+enum class Operands { exact, tf32, bf16 };
+
+struct Arith {
+  Precision prec;
+  bool plain;  // fp32 only
+  Operands operands;
+  Arith(Precision p = Precision::fp32, bool pl = false, Operands o = Operands::exact) : prec(p), plain(pl), operands(o) {}
+};
+
 // Computes stage `name` from its dependencies in `in` (any float dtype; converted as needed).
-Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in, Precision prec);
+Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in, Arith arith);
 // The same into `out`, reusing its memory when its shape and dtype already fit.
-void cpu_stage_into(const std::string& name, const Problem& p, const TensorMap& in, Precision prec, Tensor& out);
+void cpu_stage_into(const std::string& name, const Problem& p, const TensorMap& in, Arith arith, Tensor& out);
 
 // Computes the stages of `pass` (backward needs the gradients and, alone, the forward stages).
-void cpu_run(Case& c, Precision prec, Pass pass = Pass::both);
+void cpu_run(Case& c, Arith arith, Pass pass = Pass::both);
 
 }  // namespace mhc

@@ -2,6 +2,7 @@
 // Template parameter R is the arithmetic type: float (fp32 golden) or double (fp64 oracle).
 #include <Eigen/Dense>
 #include <cmath>
+#include <cstring>
 
 #include "cpu_backend.h"
 
@@ -93,12 +94,40 @@ template <class R> R pairwise_sum(const R* a, int64_t len, int64_t stride) {
   return pairwise_sum(a, h, stride) + pairwise_sum(a + h * stride, len - h, stride);
 }
 
+// a[0] + a[stride] + ... in one left-to-right chain (plain evaluations), else pairwise.
+template <class R> R sum_in_order(const R* a, int64_t len, int64_t stride, const Arith& ar) {
+  if (!ar.plain) return pairwise_sum(a, len, stride);
+  R s = 0;
+  for (int64_t i = 0; i < len; ++i) s += a[i * stride];
+  return s;
+}
+
+// A GEMM operand as a plain evaluation reads it (cpu_backend.h).
+template <class R> R operand(R v, Operands o) {
+  if constexpr (sizeof(R) == 4) {
+    if (o == Operands::bf16) return bf16_to_float(float_to_bf16(v));
+    if (o == Operands::tf32) {
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      u &= 0xffffe000u;
+      std::memcpy(&v, &u, 4);
+    }
+  }
+  return v;
+}
+
+template <class R> std::vector<R> operands(std::vector<R> v, Operands o) {
+  if (o != Operands::exact)
+    for (R& e : v) e = operand(e, o);
+  return v;
+}
+
 template <class R> R sigmoid(R z) { return R(1) / (R(1) + std::exp(-z)); }
 
 // ---------------------------------------------------------------- forward
 
 // inv_rms[t] = 1/sqrt(mean_k x[t,k]^2 + norm_eps); x is [T,K]
-template <class R> void inv_rms(const Problem& p, const TensorMap& in, Tensor& out) {
+template <class R> void inv_rms(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), K = p.K();
   std::vector<R> r(static_cast<size_t>(T));
@@ -108,7 +137,8 @@ template <class R> void inv_rms(const Problem& p, const TensorMap& in, Tensor& o
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < T; ++t) {
       row_as(x, K, t, v.data());
-      R ms = VecC<R>(v.data(), K).squaredNorm() / R(K);
+      for (R& e : v) e *= e;  // exact for bf16 x: 16 significant bits
+      R ms = sum_in_order(v.data(), K, 1, a) / R(K);
       r[size_t(t)] = R(1) / std::sqrt(ms + R(p.norm_eps));
     }
   }
@@ -116,13 +146,31 @@ template <class R> void inv_rms(const Problem& p, const TensorMap& in, Tensor& o
 }
 
 // h_mix[T,N] = (x ⊙ gamma)[T,K] · phi[N,K]^T, gamma folded into phi
-template <class R> void h_mix(const Problem& p, const TensorMap& in, Tensor& out) {
+template <class R> void h_mix(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), K = p.K(), N = p.N();
   std::vector<R> pg = all_as<R>(dep(in, "phi")), g = all_as<R>(dep(in, "gamma"));
   for (int64_t j = 0; j < N; ++j)
     for (int64_t k = 0; k < K; ++k) pg[size_t(j * K + k)] *= g[size_t(k)];
   R* h = out.data<R>();
+  if (a.plain) {  // one chain over k per (t, j); pgT is [K,N]
+    std::vector<R> pgT(pg.size());
+    for (int64_t j = 0; j < N; ++j)
+      for (int64_t k = 0; k < K; ++k) pgT[size_t(k * N + j)] = operand(pg[size_t(j * K + k)], a.operands);
+#pragma omp parallel
+    {
+      std::vector<R> v(static_cast<size_t>(K));
+#pragma omp for schedule(static)
+      for (int64_t t = 0; t < T; ++t) {
+        row_as(x, K, t, v.data());
+        R* acc = h + t * N;
+        std::fill(acc, acc + N, R(0));
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t j = 0; j < N; ++j) acc[j] += v[size_t(k)] * pgT[size_t(k * N + j)];
+      }
+    }
+    return;
+  }
 #pragma omp parallel
   {
     std::vector<R> v(static_cast<size_t>(kTokChunk * K));
@@ -196,7 +244,7 @@ template <class R> struct GateGrads {
 };
 
 // dh_pre[t,i] = sum_d dh_in[t,d] x[t,i,d]
-template <class R> void dh_pre(const Problem& p, const TensorMap& in, Tensor& out) {
+template <class R> void dh_pre(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const Tensor &x = dep(in, "x"), &dhin = dep(in, "dh_in");
   const int64_t T = p.T(), n = p.n, D = p.D;
   std::vector<R> r(static_cast<size_t>(T * n));
@@ -207,7 +255,14 @@ template <class R> void dh_pre(const Problem& p, const TensorMap& in, Tensor& ou
     for (int64_t t = 0; t < T; ++t) {
       row_as(x, n * D, t, v.data());
       row_as(dhin, D, t, g.data());
-      for (int64_t i = 0; i < n; ++i) r[size_t(t * n + i)] = VecC<R>(g.data(), D).dot(VecC<R>(v.data() + i * D, D));
+      for (int64_t i = 0; i < n; ++i) {
+        R s = 0;
+        if (a.plain)
+          for (int64_t d = 0; d < D; ++d) s += g[size_t(d)] * v[size_t(i * D + d)];
+        else
+          s = VecC<R>(g.data(), D).dot(VecC<R>(v.data() + i * D, D));
+        r[size_t(t * n + i)] = s;
+      }
     }
   }
   store(out, 0, r.data(), T * n);
@@ -243,11 +298,23 @@ template <class R> void dinv_rms(const Problem& p, const TensorMap& in, Tensor& 
 }
 
 // dvecX[T,K] = dh_mix[T,N] · phi[N,K]
-template <class R> void dvecX(const Problem& p, const TensorMap& in, Tensor& out) {
+template <class R> void dvecX(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const int64_t T = p.T(), K = p.K(), N = p.N();
   As<R> dhm(dep(in, "dh_mix"));
-  std::vector<R> phi = all_as<R>(dep(in, "phi"));
+  std::vector<R> phi = operands(all_as<R>(dep(in, "phi")), a.operands);
   R* o = out.data<R>();
+  if (a.plain) {  // one chain over j per (t, k)
+#pragma omp parallel for schedule(static)
+    for (int64_t t = 0; t < T; ++t) {
+      R* row = o + t * K;
+      std::fill(row, row + K, R(0));
+      for (int64_t j = 0; j < N; ++j) {
+        R c = operand(dhm.p[t * N + j], a.operands);
+        for (int64_t k = 0; k < K; ++k) row[k] += c * phi[size_t(j * K + k)];
+      }
+    }
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int64_t t0 = 0; t0 < T; t0 += kTokChunk) {
     int64_t rows = std::min(kTokChunk, T - t0);
@@ -280,7 +347,7 @@ template <class R> void dx(const Problem& p, const TensorMap& in, Tensor& out) {
 }
 
 // dphi[N,K] = sum_t dh_mix[t,:]^T (x ⊙ gamma)[t,:]; per column slice, token chunks in order
-template <class R> void dphi(const Problem& p, const TensorMap& in, Tensor& out) {
+template <class R> void dphi(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), K = p.K(), N = p.N();
   As<R> dhm(dep(in, "dh_mix"));
@@ -297,7 +364,15 @@ template <class R> void dphi(const Problem& p, const TensorMap& in, Tensor& out)
       for (int64_t t0 = 0; t0 < T; t0 += kRedChunk) {
         int64_t rows = std::min(kRedChunk, T - t0);
         block_as(x, K, t0, t0 + rows, k0, k0 + w, v.data());
-        acc.noalias() += MapC<R>(dhm.p + t0 * N, rows, N).transpose() * MapC<R>(v.data(), rows, w);
+        if (!a.plain) {
+          acc.noalias() += MapC<R>(dhm.p + t0 * N, rows, N).transpose() * MapC<R>(v.data(), rows, w);
+          continue;
+        }
+        for (int64_t r = 0; r < rows; ++r)  // one chain over tokens per (j, k)
+          for (int64_t j = 0; j < N; ++j) {
+            R c = operand(dhm.p[(t0 + r) * N + j], a.operands);
+            for (int64_t cc = 0; cc < w; ++cc) acc(j, cc) += c * v[size_t(r * w + cc)];
+          }
       }
       for (int64_t j = 0; j < N; ++j)
         for (int64_t c = 0; c < w; ++c) o[j * K + k0 + c] = acc(j, c) * g[size_t(k0 + c)];
@@ -306,7 +381,7 @@ template <class R> void dphi(const Problem& p, const TensorMap& in, Tensor& out)
 }
 
 // dalpha[3] = sum_t [g_pre·t_pre, g_post·t_post, g_res·t_res], t = h_mix·inv_rms
-template <class R> void dalpha(const Problem& p, const TensorMap& in, Tensor& out) {
+template <class R> void dalpha(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const int64_t T = p.T(), N = p.N(), n = p.n;
   GateGrads<R> gg(p, in);
   As<R> hm(dep(in, "h_mix")), ir(dep(in, "inv_rms"));
@@ -318,86 +393,91 @@ template <class R> void dalpha(const Problem& p, const TensorMap& in, Tensor& ou
     for (int k = 0; k < 3; ++k) per[size_t(t * 3 + k)] = s[k];
   }
   R r[3];
-  for (int k = 0; k < 3; ++k) r[k] = pairwise_sum(per.data() + k, T, 3);
+  for (int k = 0; k < 3; ++k) r[k] = sum_in_order(per.data() + k, T, 3, a);
   store(out, 0, r, 3);
 }
 
 // dbias[N] = sum_t g[t,:]
-template <class R> void dbias(const Problem& p, const TensorMap& in, Tensor& out) {
+template <class R> void dbias(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const int64_t T = p.T(), N = p.N();
   GateGrads<R> gg(p, in);
   std::vector<R> per(static_cast<size_t>(T * N)), r(static_cast<size_t>(N));
   for (int64_t t = 0; t < T; ++t) gg(t, &per[size_t(t * N)]);
-  for (int64_t j = 0; j < N; ++j) r[size_t(j)] = pairwise_sum(per.data() + j, T, N);
+  for (int64_t j = 0; j < N; ++j) r[size_t(j)] = sum_in_order(per.data() + j, T, N, a);
   store(out, 0, r.data(), N);
 }
 
-// dgamma[K] = sum_t x[t,k] dvecX[t,k]; per column slice, tokens in order
-template <class R> void dgamma(const Problem& p, const TensorMap& in, Tensor& out) {
+// dgamma[K] = sum_t x[t,k] dvecX[t,k]; per column slice, chunks of tokens in order (plain: one chain)
+template <class R> void dgamma(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), K = p.K();
   As<R> dv(dep(in, "dvecX"));
   R* o = out.data<R>();
 #pragma omp parallel
   {
-    std::vector<R> v(static_cast<size_t>(kRedChunk * kColSlice));
+    std::vector<R> v(static_cast<size_t>(kRedChunk * kColSlice)), part(static_cast<size_t>(kColSlice));
 #pragma omp for schedule(static)
     for (int64_t k0 = 0; k0 < K; k0 += kColSlice) {
       int64_t w = std::min(kColSlice, K - k0);
       std::fill(o + k0, o + k0 + w, R(0));
       for (int64_t t0 = 0; t0 < T; t0 += kRedChunk) {
         int64_t rows = std::min(kRedChunk, T - t0);
+        R* acc = a.plain ? o + k0 : part.data();
+        if (!a.plain) std::fill(part.begin(), part.end(), R(0));
         block_as(x, K, t0, t0 + rows, k0, k0 + w, v.data());
         for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < w; ++c) o[k0 + c] += v[size_t(r * w + c)] * dv.p[(t0 + r) * K + k0 + c];
+          for (int64_t c = 0; c < w; ++c) acc[c] += v[size_t(r * w + c)] * dv.p[(t0 + r) * K + k0 + c];
+        if (!a.plain)
+          for (int64_t c = 0; c < w; ++c) o[k0 + c] += part[size_t(c)];
       }
     }
   }
 }
 
-template <class R> void compute(const std::string& s, const Problem& p, const TensorMap& in, Tensor& out) {
-  if (s == "inv_rms") return inv_rms<R>(p, in, out);
-  if (s == "h_mix") return h_mix<R>(p, in, out);
+template <class R> void compute(const std::string& s, const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
+  if (s == "inv_rms") return inv_rms<R>(p, in, a, out);
+  if (s == "h_mix") return h_mix<R>(p, in, a, out);
   if (s == "h_pre" || s == "h_post" || s == "h_res") return gate<R>(stage(s).name, p, in, out);
   if (s == "h_in") return h_in<R>(p, in, out);
-  if (s == "dh_pre") return dh_pre<R>(p, in, out);
+  if (s == "dh_pre") return dh_pre<R>(p, in, a, out);
   if (s == "dh_mix") return dh_mix<R>(p, in, out);
   if (s == "dinv_rms") return dinv_rms<R>(p, in, out);
-  if (s == "dvecX") return dvecX<R>(p, in, out);
+  if (s == "dvecX") return dvecX<R>(p, in, a, out);
   if (s == "dx") return dx<R>(p, in, out);
-  if (s == "dphi") return dphi<R>(p, in, out);
-  if (s == "dalpha") return dalpha<R>(p, in, out);
-  if (s == "dbias") return dbias<R>(p, in, out);
-  if (s == "dgamma") return dgamma<R>(p, in, out);
+  if (s == "dphi") return dphi<R>(p, in, a, out);
+  if (s == "dalpha") return dalpha<R>(p, in, a, out);
+  if (s == "dbias") return dbias<R>(p, in, a, out);
+  if (s == "dgamma") return dgamma<R>(p, in, a, out);
   MHC_CHECK(false, "no CPU function for stage ", s);
 }
 
 }  // namespace
 
-void cpu_stage_into(const std::string& name, const Problem& p, const TensorMap& in, Precision prec, Tensor& out) {
+void cpu_stage_into(const std::string& name, const Problem& p, const TensorMap& in, Arith a, Tensor& out) {
   const Stage& s = stage(name);
+  MHC_CHECK(!a.plain || a.prec == Precision::fp32, "plain evaluations are fp32");
   Shape shape = stage_shape(s, p);
-  DType dt = stored_dtype(s, prec);
+  DType dt = a.plain ? DType::f32 : stored_dtype(s, a.prec);
   if (out.shape != shape || out.dtype != dt) out = Tensor(shape, dt);
-  prec == Precision::fp32 ? compute<float>(name, p, in, out) : compute<double>(name, p, in, out);
+  a.prec == Precision::fp32 ? compute<float>(name, p, in, a, out) : compute<double>(name, p, in, a, out);
 }
 
-Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in, Precision prec) {
+Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in, Arith a) {
   Tensor out;
-  cpu_stage_into(name, p, in, prec, out);
+  cpu_stage_into(name, p, in, a, out);
   return out;
 }
 
-void cpu_run(Case& c, Precision prec, Pass pass) {
+void cpu_run(Case& c, Arith a, Pass pass) {
   for (const Stage& s : stage_table()) {
     bool want = s.group == Group::forward ? pass != Pass::bwd
                 : s.group == Group::backward ? pass != Pass::fwd && c.has_gradients()
                                              : false;
     if (!want) continue;
-    cpu_stage_into(s.name, c.prob, c.t, prec, c.t[s.name]);  // reuses the tensor's memory
+    cpu_stage_into(s.name, c.prob, c.t, a, c.t[s.name]);  // reuses the tensor's memory
   }
   c.attrs["backend"] = "cpu";
-  c.attrs["precision"] = precision_name(prec);
+  c.attrs["precision"] = precision_name(a.prec);
 }
 
 }  // namespace mhc

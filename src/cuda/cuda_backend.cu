@@ -45,7 +45,7 @@ void require_device() {
   cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0)
     fail("no CUDA device: ", err != cudaSuccess ? cudaGetErrorString(err) : "none found",
-         " (the cuda backend needs an NVIDIA GPU; use --backend cpu)");
+         " (the cuda backend needs an NVIDIA GPU; the cpu backends need none)");
 }
 
 // Everything one case needs on the device; the parameter structs point into it.

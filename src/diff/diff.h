@@ -1,0 +1,107 @@
+// diff.h — compare two cases stage by stage: which stage parts ways first, how accurate
+// each stage is, where in the tensor it is wrong, and whether a wrong stage introduced
+// the error or inherited it. The policy and its reasoning: docs/diff.md.
+//
+// The engine (engine.cpp) fills a DiffReport; render_*.cpp turn it into text, JSON or
+// HTML; dump.cpp writes per-element errors to HDF5. Nothing here prints.
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "case.h"
+#include "references.h"
+
+namespace mhc {
+
+enum class Status { ok, diverged, inherited, missing, unknown, format };
+const char* status_name(Status s);
+
+enum class Verdict { match, diverged, invalid };  // exit status 0, 1, 2
+const char* verdict_name(Verdict v);
+
+struct DiffOptions {
+  bool fixed = false;          // --tolerance fixed
+  double budget_factor = 2.0;  // k
+  double atol = -1, rtol = -1;  // fixed policy; < 0: the per-dtype default
+  std::map<std::string, std::pair<double, double>> per_stage;  // name -> (atol, rtol)
+  Accuracy accept = Accuracy::fp32;  // the loosest class that still passes
+  int64_t tile = 64;                 // tile size of the pattern summary
+  std::set<std::string> require;     // stages that must be present on both sides
+  bool keep_elements = false;        // fill StageReport::elem_error and elem_mask (--dump-diff)
+};
+
+// Inclusive index ranges, along one axis of a stage's stored shape, holding a mismatch.
+struct AxisRanges {
+  std::string axis;
+  int64_t size = 0;
+  std::vector<std::pair<int64_t, int64_t>> ranges;
+};
+
+// bf16 stages: A against the oracle (or the replay) rounded to nearest even.
+struct Rounding {
+  bool checked = false;
+  int64_t differ = 0;       // elements where A is not the correctly rounded value
+  int64_t unexplained = 0;  // ... of them, where the arithmetic's own error cannot explain it
+  int64_t ties = 0, ties_not_even = 0;  // exact ties of the fp32 value, and those not rounded to even
+  double bias_ulp = 0;      // mean of (A - rounded)/ulp over all elements, positive = away from zero
+  std::string reason;       // empty when rounding is consistent with fp32-then-RNE
+};
+
+// Error over limit, binned: rows along the tokens (or the first axis), columns along the rest.
+struct Heatmap {
+  int64_t rows = 0, cols = 0;          // bins
+  int64_t row_span = 0, col_span = 0;  // indices per bin
+  std::string row_axis, col_axes;
+  std::vector<float> value;  // rows x cols, the largest error/limit in each bin
+};
+
+struct StageReport {
+  std::string name;
+  Status status = Status::ok;
+  std::string note, hint, inherited_from;
+  bool compared = false;
+  Accuracy accuracy = Accuracy::diverged;  // meaningful when compared
+  bool has_accuracy = false;               // false under a fixed tolerance
+  int64_t count = 0, mismatches = 0, nan_a = 0, inf_a = 0, nan_b = 0, inf_b = 0;
+  double rel_l2 = 0, max_abs = 0, max_rel = 0, a_at = 0, b_at = 0, min_atol = 0;
+  std::vector<int64_t> max_abs_index;
+  // tolerance: fixed (atol, rtol) or budget (error and limit in `unit`, for the accepted class)
+  bool fixed = false;
+  double atol = 0, rtol = 0, error = 0, limit = 0, reference_error = 0;
+  std::map<Accuracy, double> class_limit, class_error;  // budget: per class, limit and E_C
+  std::string unit;
+  Rounding rounding;
+  std::vector<AxisRanges> where;  // for diverged and inherited stages
+  std::vector<int64_t> first_mismatch;
+  std::string pattern;
+  Heatmap heat;  // for diverged and inherited stages
+  std::vector<float> elem_error;    // with keep_elements: each element's error in `unit` (fixed: 0 or 2)
+  std::vector<uint8_t> elem_mask;   // with keep_elements: 1 where the element fails
+};
+
+struct DiffReport {
+  std::vector<StageReport> stages;
+  Verdict verdict = Verdict::match;
+  Accuracy accept = Accuracy::fp32;
+  int compared = 0;
+  std::string first_divergent;  // "" when none
+  std::vector<std::string> root_causes;
+  std::vector<std::string> missing_required;
+  std::string verdict_line() const;
+  int exit_status() const { return int(verdict); }
+  bool match() const { return verdict == Verdict::match; }
+};
+
+// Compares A against the reference B; `refs` are evaluations on B's inputs.
+DiffReport diff_cases(const Case& a, const Case& b, References& refs, const DiffOptions& opt);
+
+// Empty when the /inputs of a and b are identical, else what differs first.
+std::string inputs_difference(const Case& a, const Case& b);
+
+std::string report_json(const DiffReport& r);
+std::string report_table(const DiffReport& r, bool colour);
+std::string report_html(const DiffReport& r, const std::string& title);
+
+}  // namespace mhc

@@ -1,0 +1,389 @@
+// engine.cpp — the diff itself: per stage, metrics against B, the accuracy class from the
+// budgets of references.h, the rounding check of bf16 stages, the replay that tells an
+// introduced error from an inherited one, and where the mismatches lie (docs/diff.md).
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "diff.h"
+#include "rounding.h"
+#include "where.h"
+
+namespace mhc {
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::ok: return "ok";
+    case Status::diverged: return "diverged";
+    case Status::inherited: return "inherited";
+    case Status::missing: return "missing";
+    case Status::unknown: return "unknown";
+    case Status::format: return "format";
+  }
+  return "?";
+}
+
+const char* verdict_name(Verdict v) {
+  return v == Verdict::match ? "match" : v == Verdict::diverged ? "diverged" : "invalid";
+}
+
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr Accuracy kClasses[] = {Accuracy::fp32, Accuracy::tf32, Accuracy::bf16};
+
+// A stage's unit of error: bf16 ulps of the reference value (taken at least at rms/1024 so
+// that values cancelling to ~0 don't make every ulp tiny), or fractions of the reference RMS.
+struct Unit {
+  bool ulp = false;
+  double rms = 1;
+  double operator()(double diff, double ref) const {
+    return ulp ? diff / bf16_ulp(std::max(std::fabs(ref), rms * 0x1p-10)) : diff / rms;
+  }
+};
+
+Unit unit_of(const Stage& s, const Tensor& ref) { return Unit{s.dtype == DType::bf16, finite_rms(ref)}; }
+
+double noise_floor(const Stage& s) { return s.dtype == DType::bf16 ? 0.25 : 1e-6; }
+
+// torch.testing.assert_close's defaults, by the stage's dtype.
+std::pair<double, double> default_tol(const Stage& s) {
+  return s.dtype == DType::bf16 ? std::pair{1e-5, 1.6e-2} : std::pair{1e-5, 1.3e-6};
+}
+
+// |a - b| with the special values: NaN vs NaN and equal infinities are 0, else non-finite is inf.
+double elem_diff(double x, double y) {
+  if ((std::isnan(x) && std::isnan(y)) || (std::isinf(x) && x == y)) return 0;
+  if (!std::isfinite(x) || !std::isfinite(y)) return kInf;
+  return std::fabs(x - y);
+}
+
+double as_bf16(double v) { return bf16_to_float(double_to_bf16(v)); }
+
+// Largest element error of t against the oracle o; bf16 stages rounded first (the plain
+// evaluations keep h_in and dx unrounded).
+double max_error(const Tensor& t, const Tensor& o, const Unit& u, bool round) {
+  double e = 0;
+  for (int64_t i = 0; i < o.size(); ++i) {
+    double v = round ? as_bf16(t.at(i)) : t.at(i);
+    e = std::max(e, u(elem_diff(v, o.at(i)), o.at(i)));
+  }
+  return e;
+}
+
+// The metrics of a against b, and each element's error in `u` (fixed policy: |a-b| - rtol|b|
+// over atol, so that > 1 fails).
+StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, std::vector<double>& err,
+                    const std::function<double(double, double)>& scaled) {
+  StageReport r;
+  r.name = name;
+  r.count = b.size();
+  err.assign(size_t(b.size()), 0);
+  double num = 0, den = 0, worst = -1;
+  int64_t worst_i = 0;
+  for (int64_t i = 0; i < b.size(); ++i) {
+    double x = a.at(i), y = b.at(i), d = elem_diff(x, y);
+    r.nan_a += std::isnan(x), r.inf_a += std::isinf(x), r.nan_b += std::isnan(y), r.inf_b += std::isinf(y);
+    if (d != kInf) {
+      num += d * d, den += y * y;
+      if (y != 0) r.max_rel = std::max(r.max_rel, d / std::fabs(y));
+    }
+    if (d > worst) worst = d, worst_i = i;
+    err[size_t(i)] = d == kInf ? kInf : scaled(d, y);
+  }
+  r.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+  r.max_abs = std::max(worst, 0.0);
+  r.max_abs_index = unravel(worst_i, b.shape);
+  r.a_at = b.size() ? a.at(worst_i) : 0;
+  r.b_at = b.size() ? b.at(worst_i) : 0;
+  r.compared = true;
+  return r;
+}
+
+bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  for (int64_t i = 0; i < a.size(); ++i) {
+    double x = a.at(i), y = b.at(i);
+    if (!(x == y || (std::isnan(x) && std::isnan(y))) || std::signbit(x) != std::signbit(y)) return false;
+  }
+  return true;
+}
+
+// A dataset stored in a type that loses what the stage holds.
+std::string format_problem(const Stage& s, const Case& c, const char* side) {
+  auto it = c.stored_as.find(s.name);
+  if (it == c.stored_as.end()) {
+    const Tensor& t = c.get(s.name);
+    if (s.dtype == DType::f32 && t.dtype == DType::bf16)
+      return cat(side, " stores ", s.name, " as bfloat16; it is a float32 stage: store float32 or float64");
+    Shape want = stage_shape(s, c.prob);
+    if (t.shape == want) return "";
+    if (t.size() == numel(want))
+      return cat(side, " stores ", s.name, " as ", shape_str(t.shape), ", the same ", t.size(),
+                 " elements as the schema's ", stage_shape_str(s), " = ", shape_str(want), ": reshape it before writing");
+    return cat(side, " stores ", s.name, " as ", shape_str(t.shape), "; the schema says ", stage_shape_str(s), " = ",
+               shape_str(want), " for ", c.prob.str());
+  }
+  return cat(side, " stores ", s.name, " as ", it->second, ", which cannot hold ", dtype_name(s.dtype),
+             " values exactly: store float32 or float64");
+}
+
+void keep(StageReport& r, const std::vector<double>& err, std::vector<uint8_t>& mask, const DiffOptions& opt) {
+  if (!opt.keep_elements) return;
+  r.elem_error.assign(err.begin(), err.end());
+  r.elem_mask = std::move(mask);
+}
+
+}  // namespace
+
+std::string inputs_difference(const Case& a, const Case& b) {
+  if (a.prob.norm_eps != b.prob.norm_eps || a.prob.hc_eps != b.prob.hc_eps) return "norm_eps/hc_eps attributes";
+  for (const Stage& s : stage_table()) {
+    if (s.group != Group::inputs) continue;
+    bool ha = a.has(s.name), hb = b.has(s.name);
+    if (ha != hb) return cat("/inputs/", s.name, " present on one side only");
+    if (!ha) continue;
+    const Tensor &x = a.get(s.name), &y = b.get(s.name);
+    if (x.shape != y.shape) return cat("/inputs/", s.name, " shape ", shape_str(x.shape), " vs ", shape_str(y.shape));
+    if (x.dtype != y.dtype || x.bytes != y.bytes) return cat("/inputs/", s.name, " values");
+  }
+  return "";
+}
+
+DiffReport diff_cases(const Case& a, const Case& b, References& refs, const DiffOptions& opt) {
+  DiffReport rep;
+  rep.accept = opt.accept;
+  std::map<std::string, StageReport*> by_name;
+
+  // A stage's value in A (when A has it in the schema's shape), else its replay; a replay
+  // recomputes the stage from A's own upstream tensors: fp64, or fp32 plain and unrounded.
+  std::map<std::string, Tensor> replayed, replayed32;
+  std::function<const Tensor&(const std::string&)> value_in_a, replay;
+  value_in_a = [&](const std::string& name) -> const Tensor& {
+    if (a.has(name) && (stage(name).group == Group::inputs || a.get(name).shape == stage_shape(stage(name), a.prob)))
+      return a.get(name);
+    return replay(name);
+  };
+  auto replay_in = [&](std::map<std::string, Tensor>& done, const std::string& name, Arith arith) -> const Tensor& {
+    auto it = done.find(name);
+    if (it != done.end()) return it->second;
+    TensorMap deps;
+    for (const char* d : stage(name).deps) deps[d] = value_in_a(d);
+    return done[name] = cpu_stage(name, a.prob, deps, arith);
+  };
+  replay = [&](const std::string& name) -> const Tensor& { return replay_in(replayed, name, Precision::fp64); };
+  auto replay32 = [&](const std::string& name) -> const Tensor& {
+    return replay_in(replayed32, name, Arith(Precision::fp32, true));
+  };
+
+  for (const std::string& name : a.unknown) {
+    StageReport r;
+    r.name = name;
+    r.status = Status::unknown;
+    r.note = cat("A: dataset ", name, " is not in the schema");
+    r.hint = suggest_stage(name);
+    rep.stages.push_back(r);
+  }
+
+  for (const Stage& s : stage_table()) {
+    if (s.group == Group::inputs) continue;
+    bool ha = a.has(s.name), hb = b.has(s.name);
+    StageReport r;
+    r.name = s.name;
+    if (!ha || !hb) {
+      r.status = Status::missing;
+      r.note = !ha && !hb ? "on both sides" : !ha ? "missing in A" : "missing in B";
+      if (opt.require.count(s.name)) rep.missing_required.push_back(s.name);
+      rep.stages.push_back(r);
+      continue;
+    }
+    std::string problem = format_problem(s, a, "A");
+    if (problem.empty()) problem = format_problem(s, b, "B");
+    if (!problem.empty()) {
+      r.status = Status::format;
+      r.note = problem;
+      rep.stages.push_back(r);
+      continue;
+    }
+    const Tensor &ta = a.get(s.name), &tb = b.get(s.name);
+    std::vector<double> err;
+    auto fixed_tol = opt.per_stage.find(s.name);
+    if (opt.fixed || fixed_tol != opt.per_stage.end()) {
+      auto [atol, rtol] = fixed_tol != opt.per_stage.end() ? fixed_tol->second : default_tol(s);
+      if (fixed_tol == opt.per_stage.end() && opt.atol >= 0) atol = opt.atol;
+      if (fixed_tol == opt.per_stage.end() && opt.rtol >= 0) rtol = opt.rtol;
+      r = measure(s.name, ta, tb, err, [&](double d, double y) { return d <= atol + rtol * std::fabs(y) ? 0.0 : 2.0; });
+      r.fixed = true, r.atol = atol, r.rtol = rtol, r.limit = 1;
+      for (int64_t i = 0; i < tb.size(); ++i)
+        r.min_atol = std::max(r.min_atol, elem_diff(ta.at(i), tb.at(i)) - rtol * std::fabs(tb.at(i)));
+      r.has_accuracy = bitwise_equal(ta, tb);
+      r.accuracy = Accuracy::exact;
+      std::vector<uint8_t> mask(err.size());
+      for (size_t i = 0; i < err.size(); ++i) mask[i] = err[i] > 1;
+      r.mismatches = std::count(mask.begin(), mask.end(), 1);
+      r.status = r.mismatches ? Status::diverged : Status::ok;
+      if (r.mismatches) locate(r, mask, tb.shape, s, a.prob, opt.tile);
+      keep(r, err, mask, opt);
+      rep.stages.push_back(r);
+      continue;
+    }
+
+    // Budget: limit_C = k E_C + E_B + floor, E_C the plain class-C evaluation's error and E_B
+    // B's own error against the oracle, all in the stage's unit.
+    const Tensor& o = refs.oracle().get(s.name);
+    Unit uo = unit_of(s, o), ub = unit_of(s, tb);
+    bool bf = s.dtype == DType::bf16;
+    r = measure(s.name, ta, tb, err, ub);
+    r.unit = bf ? "bf16_ulp" : "ref_rms";
+    r.reference_error = max_error(tb, o, uo, false);
+    for (double e : err) r.error = std::max(r.error, e);
+    for (int64_t i = 0; i < tb.size(); ++i) r.min_atol = std::max(r.min_atol, elem_diff(ta.at(i), tb.at(i)));
+    r.has_accuracy = true;
+
+    // bf16 stages: A's rounding, checked against the replay from A's own upstream tensors.
+    std::map<Accuracy, Rounding> rounding;
+    std::map<Accuracy, std::vector<uint8_t>> unexplained;
+    auto rounding_ok = [&](Accuracy c) {
+      if (!bf) return true;
+      if (!rounding.count(c)) {
+        double tau = opt.budget_factor * max_error(refs.plain(c).get(s.name), o, uo, false) + kTieFloorUlp;
+        rounding[c] = check_rounding(ta, replay(s.name), replay32(s.name), tau, unexplained[c]);
+      }
+      return rounding[c].reason.empty();
+    };
+    auto limit_of = [&](Accuracy c) {
+      if (!r.class_limit.count(c)) {
+        r.class_error[c] = max_error(refs.plain(c).get(s.name), o, uo, bf);
+        r.class_limit[c] = opt.budget_factor * r.class_error[c] + r.reference_error + noise_floor(s);
+      }
+      return r.class_limit[c];
+    };
+
+    r.accuracy = Accuracy::diverged;
+    if (bitwise_equal(ta, tb)) {
+      r.accuracy = Accuracy::exact;
+    } else {
+      for (Accuracy c : kClasses)
+        if (r.error <= limit_of(c) && rounding_ok(c)) {
+          r.accuracy = c;
+          break;
+        }
+    }
+    r.limit = limit_of(opt.accept);
+    rounding_ok(opt.accept);
+    if (bf) r.rounding = rounding[opt.accept];
+    std::vector<uint8_t> mask(err.size());
+    for (size_t i = 0; i < err.size(); ++i)
+      mask[i] = err[i] > r.limit || (bf && r.accuracy != Accuracy::exact && unexplained[opt.accept][i]);
+    r.mismatches = std::count(mask.begin(), mask.end(), 1);
+    bool fails = r.accuracy > opt.accept;
+    r.status = fails ? Status::diverged : Status::ok;
+    if (fails) {
+      // Introduced or inherited: is A's value right given A's own upstream tensors?
+      const Tensor& re = replay(s.name);
+      Unit ur = unit_of(s, re);
+      double own = 0;
+      for (int64_t i = 0; i < re.size(); ++i) own = std::max(own, ur(elem_diff(ta.at(i), re.at(i)), re.at(i)));
+      if (own <= r.limit - r.reference_error && (!bf || r.rounding.reason.empty())) r.status = Status::inherited;
+      locate(r, mask, tb.shape, s, a.prob, opt.tile);
+      heatmap(r, err, r.limit, tb.shape, s, a.prob);
+    }
+    keep(r, err, mask, opt);
+    rep.stages.push_back(r);
+  }
+
+  for (auto& r : rep.stages) by_name[r.name] = &r;
+  auto diverging = [&](const std::string& name) {
+    auto it = by_name.find(name);
+    return it != by_name.end() && (it->second->status == Status::diverged || it->second->status == Status::inherited);
+  };
+  // Nearest diverging ancestor, looking through stages that were not compared.
+  std::function<std::string(const std::string&)> upstream = [&](const std::string& name) -> std::string {
+    for (const char* d : stage(name).deps) {
+      if (diverging(d)) return d;
+      auto it = by_name.find(d);
+      if (it == by_name.end() || !it->second->compared)
+        if (std::string u = upstream(d); !u.empty()) return u;
+    }
+    return "";
+  };
+
+  bool invalid = false;
+  for (auto& r : rep.stages) {
+    rep.compared += r.compared;
+    invalid = invalid || r.status == Status::unknown || r.status == Status::format;
+    if (r.status == Status::inherited) {
+      r.inherited_from = upstream(r.name);
+      r.note = r.inherited_from.empty() ? "consistent with its inputs; error accumulated upstream"
+                                        : cat("inherited from ", r.inherited_from);
+    }
+    if (r.status != Status::diverged && r.status != Status::inherited) continue;
+    if (rep.first_divergent.empty()) rep.first_divergent = r.name;
+    if (r.status == Status::diverged) rep.root_causes.push_back(r.name);
+  }
+  rep.verdict = invalid || rep.compared == 0                                   ? Verdict::invalid
+                : !rep.first_divergent.empty() || !rep.missing_required.empty() ? Verdict::diverged
+                                                                                : Verdict::match;
+  return rep;
+}
+
+std::string DiffReport::verdict_line() const {
+  if (verdict == Verdict::invalid) {
+    std::string why;
+    for (auto& s : stages)
+      if (s.status == Status::unknown || s.status == Status::format)
+        why += cat(why.empty() ? "" : "; ", s.note, s.hint.empty() ? "" : cat(" (", s.hint, ")"));
+    if (why.empty()) why = "no stage is present on both sides";
+    return cat("invalid: ", why, "; the comparison cannot be trusted");
+  }
+  std::map<Accuracy, std::vector<std::string>> by_class;
+  for (auto& s : stages)
+    if (s.compared && s.has_accuracy) by_class[s.accuracy].push_back(s.name);
+  if (verdict == Verdict::match) {
+    std::string line = cat("match: ", compared, " stages compared, all within ", accuracy_name(accept), " (");
+    bool first = true;
+    for (auto& [c, names] : by_class) {
+      line += cat(first ? "" : ", ", names.size(), " ", accuracy_name(c));
+      if (c > Accuracy::fp32) {
+        std::string list;
+        for (auto& n : names) list += cat(list.empty() ? "" : " ", n);
+        line += cat(": ", list);
+      }
+      first = false;
+    }
+    return line + ")";
+  }
+  std::string line;
+  if (!first_divergent.empty()) {
+    line = cat("diverged: first at ", first_divergent);
+    for (auto& s : stages) {
+      if (s.name != first_divergent) continue;
+      std::string cls = s.has_accuracy && s.accuracy != Accuracy::diverged
+                            ? cat("; accuracy ", accuracy_name(s.accuracy), ", accepted ", accuracy_name(accept))
+                            : "";
+      std::string why = s.rounding.reason.empty() ? "" : cat("; ", s.rounding.reason);
+      line += s.status == Status::diverged ? cat(" (introduced", cls, why, ")") : cat(" (", s.note, ")");
+    }
+    std::string others;
+    for (auto& r : root_causes)
+      if (r != first_divergent) others += cat(others.empty() ? "" : ", ", r);
+    if (!others.empty()) line += cat("; also introduced: ", others);
+    int inherited = 0;
+    for (auto& s : stages) inherited += s.status == Status::inherited && s.name != first_divergent;
+    std::string roots;
+    for (auto& r : root_causes) roots += cat(roots.empty() ? "" : ", ", r);
+    if (inherited)
+      line += roots.empty() ? cat("; ", inherited, " more stages accumulate error from upstream")
+                            : cat("; ", inherited, " downstream stage", inherited == 1 ? "" : "s", " follow",
+                                  inherited == 1 ? "s" : "", " from ", roots);
+  } else {
+    line = "diverged";
+  }
+  if (!missing_required.empty()) {
+    std::string list;
+    for (auto& n : missing_required) list += cat(list.empty() ? "" : ", ", n);
+    line += cat("; required but missing: ", list);
+  }
+  return line;
+}
+
+}  // namespace mhc

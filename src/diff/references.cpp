@@ -1,0 +1,38 @@
+#include "references.h"
+
+namespace mhc {
+
+const char* accuracy_name(Accuracy a) {
+  switch (a) {
+    case Accuracy::exact: return "exact";
+    case Accuracy::fp32: return "fp32";
+    case Accuracy::tf32: return "tf32";
+    case Accuracy::bf16: return "bf16";
+    case Accuracy::diverged: return "diverged";
+  }
+  return "?";
+}
+
+Accuracy parse_accuracy(const std::string& text) {
+  for (Accuracy a : {Accuracy::fp32, Accuracy::tf32, Accuracy::bf16})
+    if (text == accuracy_name(a)) return a;
+  fail("--accept ", text, ": expected fp32, tf32 or bf16");
+}
+
+const Case& References::oracle() {
+  auto [it, fresh] = done_.try_emplace(-1, inputs_);
+  if (fresh) cpu_run(it->second, Precision::fp64);
+  return it->second;
+}
+
+const Case& References::plain(Accuracy c) {
+  MHC_CHECK(c == Accuracy::fp32 || c == Accuracy::tf32 || c == Accuracy::bf16, "no plain evaluation for ", accuracy_name(c));
+  auto [it, fresh] = done_.try_emplace(int(c), inputs_);
+  if (fresh) {
+    Operands o = c == Accuracy::fp32 ? Operands::exact : c == Accuracy::tf32 ? Operands::tf32 : Operands::bf16;
+    cpu_run(it->second, Arith(Precision::fp32, true, o));
+  }
+  return it->second;
+}
+
+}  // namespace mhc

@@ -1,0 +1,73 @@
+#include "rounding.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace mhc {
+namespace {
+
+double as_bf16(double v) { return bf16_to_float(double_to_bf16(v)); }
+
+// bf16 values in order along the real line: adjacent values differ by 1.
+int ordinal(double v) {
+  uint16_t b = double_to_bf16(v).bits;
+  return b & 0x8000 ? -int(b & 0x7fff) : int(b & 0x7fff);
+}
+
+}  // namespace
+
+Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, double tau, std::vector<uint8_t>& bad) {
+  Rounding r;
+  bad.assign(size_t(a.size()), 0);
+  for (int64_t i = 0; i < a.size(); ++i)
+    if (double v = a.at(i); std::isfinite(v) && as_bf16(v) != v) return r;  // not rounded to bf16: nothing to check
+  r.checked = true;
+  const double rms = finite_rms(exact);
+  int64_t toward = 0, away = 0;
+  double widest = 0, bias = 0;  // widest: largest distance from the tie of an unexplained flip, in steps
+  for (int64_t i = 0; i < a.size(); ++i) {
+    double v = a.at(i), e = exact.at(i);
+    if (!std::isfinite(v) || !std::isfinite(e)) continue;
+    double rounded = as_bf16(e);
+    double ulp = bf16_ulp(std::max(std::fabs(e), rms * 0x1p-10));
+    // A's fp32 value on an exact tie whose away-from-zero neighbour is odd: nearest-even
+    // rounds toward zero there, round-half-up does not.
+    float f = float(fp32.at(i));
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0xffffu) == 0x8000u && ((u >> 16) & 1u)) {
+      ++r.ties;
+      r.ties_not_even += std::fabs(v) > std::fabs(f);
+    }
+    if (v == rounded) continue;
+    ++r.differ;
+    bool up = std::fabs(v) > std::fabs(rounded);
+    bias += (up ? 1 : -1) * std::fabs(v - rounded) / ulp;
+    int steps = std::abs(ordinal(v) - ordinal(rounded));
+    double mid = steps == 1 ? (v + rounded) / 2 : rounded;
+    if (steps == 1 && std::fabs(e - mid) <= tau * ulp) continue;  // e is this close to a tie: either way is right
+    ++r.unexplained;
+    bad[size_t(i)] = 1;
+    (up ? away : toward) += 1;
+    widest = std::max(widest, steps == 1 ? std::fabs(e - mid) / std::fabs(v - rounded) : double(steps));
+  }
+  r.bias_ulp = a.size() ? bias / double(a.size()) : 0;
+  if (r.unexplained) {
+    std::string n = cat(r.unexplained, " of ", a.size(), " elements");
+    if (toward >= 0.9 * double(r.unexplained))
+      r.reason = cat("truncation: ", n, " rounded toward zero where nearest-even rounds away (bias ",
+                     std::round(r.bias_ulp * 1000) / 1000, " ulp)");
+    else if (away >= 0.9 * double(r.unexplained))
+      r.reason = cat("rounding away from zero: ", n, " rounded up in magnitude where nearest-even rounds down");
+    else if (widest < 0.125)
+      r.reason = cat("double rounding: ", n, " within 1/8 ulp of a tie rounded the wrong way (rounded twice?)");
+    else
+      r.reason = cat(n, " not rounded to nearest even, more than the arithmetic's own error explains");
+  } else if (r.ties >= 16 && double(r.ties_not_even) >= 0.9 * double(r.ties)) {
+    r.reason = cat("ties not to even: ", r.ties_not_even, " of ", r.ties,
+                   " exact ties rounded away from zero (round half up?)");
+  }
+  return r;
+}
+
+}  // namespace mhc

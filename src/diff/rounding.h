@@ -1,0 +1,20 @@
+// rounding.h — is a bf16 stage rounded the way a correct fp32-then-round-to-nearest-even
+// kernel rounds it? (docs/diff.md, "Rounding")
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "diff.h"
+
+namespace mhc {
+
+// Smallest error before rounding, in ulps, that is always allowed to flip a rounding.
+constexpr double kTieFloorUlp = 1.0 / 1024;
+
+// a: A's stored values; exact: the stage recomputed in fp64 from A's own upstream tensors;
+// fp32: the same recomputed in fp32 and left unrounded, to find A's exact ties; tau: the
+// largest error before rounding the arithmetic explains, in ulps of `exact`. Marks in `bad`
+// the elements whose rounding nothing explains.
+Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, double tau, std::vector<uint8_t>& bad);
+
+}  // namespace mhc
