@@ -103,6 +103,7 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("--tol", o->tol, "per-stage fixed tolerance STAGE=ATOL,RTOL (repeatable)");
   sub->add_option("--tile", o->tile, "tile size the where-summary names")->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--dump-diff", o->dump, "write A-B, per-element error and mismatch mask of every stage to FILE.h5");
+  sub->add_option("--report", o->report, "write a self-contained HTML page: verdict, table, error heatmaps");
   sub->add_flag("--ignore-inputs", o->ignore_inputs, "compare files whose /inputs differ (same shapes)");
   sub->add_flag("--strict", o->strict, "inputs that need rounding to their dtype are an error");
   sub->add_flag("--json", o->json, "print the report as JSON");
@@ -112,7 +113,7 @@ void add_diff(CLI::App& app, int& rc) {
       "Examples:\n  mhc diff cpu cpu:fp64 --input data/example.h5\n  mhc diff cpu cuda\n"
       "  mhc diff mine.h5 cpu                 (your kernel's dump against the golden on its own inputs)\n"
       "  mhc diff mine.h5 cpu:fp64 --accept tf32 --require all\n"
-      "  mhc diff mine.h5 cpu --json --dump-diff errors.h5\n"
+      "  mhc diff mine.h5 cpu --json --dump-diff errors.h5 --report diff.html\n"
       "  mhc diff a.h5 b.h5 --tolerance fixed --atol 1e-5 --rtol 1e-3 --tol dphi=1e-4,1e-3");
   sub->callback([o, &rc] {
     DiffOptions opt;
@@ -142,8 +143,9 @@ void add_diff(CLI::App& app, int& rc) {
         fail(o->a, " and ", o->b, ": --ignore-inputs needs the same shapes, found ", a.prob.str(), " and ", b.prob.str());
     }
 
-    for (auto* side : {&o->a, &o->b})
-      if (!o->dump.empty()) check_output_path(o->dump, is_backend_spec(*side) ? "" : *side, true);
+    for (auto* out : {&o->dump, &o->report})
+      for (auto* side : {&o->a, &o->b})
+        if (!out->empty()) check_output_path(*out, is_backend_spec(*side) ? "" : *side, true);
 
     Case inputs;
     if (!o->input.empty()) {
@@ -167,6 +169,7 @@ void add_diff(CLI::App& app, int& rc) {
     References refs(b);
     DiffReport rep = diff_cases(a, b, refs, opt);
     if (!o->dump.empty()) dump_diff(o->dump, a, b, rep);
+    if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)));
     if (o->json) {
       std::cout << report_json(rep);
     } else {

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <iostream>
@@ -339,6 +340,19 @@ void save_tensors(const std::string& path, const std::vector<std::pair<std::stri
   write_atomically(path, [&](H5::H5File& f) {
     for (auto& [name, t] : datasets) write_dataset(f, name, t);
   });
+}
+
+void save_text(const std::string& path, const std::string& text) {
+  std::string tmp = temp_path(path);
+  FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (!f) fail(path, ": cannot write: ", std::strerror(errno));
+  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    unlink(tmp.c_str());
+    fail(path, ": cannot write: ", std::strerror(err));
+  }
 }
 
 std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::string, std::string>* attrs) {

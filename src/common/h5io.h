@@ -31,6 +31,9 @@ void save_case(const std::string& path, const Case& c);
 // Writes datasets ("/group/name" -> tensor) to a new file, atomically like save_case.
 void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets);
 
+// Writes a text file (an HTML report) the same way: temporary file, then rename.
+void save_text(const std::string& path, const std::string& text);
+
 // A dataset as stored, for `inspect`; names non-float types too.
 struct DatasetInfo {
   std::string path, type;

@@ -154,25 +154,42 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
   rep.accept = opt.accept;
   std::map<std::string, StageReport*> by_name;
 
-  // A stage's value in A (when A has it in the schema's shape), else its replay; a replay
-  // recomputes the stage from A's own upstream tensors: fp64, or fp32 plain and unrounded.
-  std::map<std::string, Tensor> replayed, replayed32;
-  std::function<const Tensor&(const std::string&)> value_in_a, replay;
-  value_in_a = [&](const std::string& name) -> const Tensor& {
-    if (a.has(name) && (stage(name).group == Group::inputs || a.get(name).shape == stage_shape(stage(name), a.prob)))
-      return a.get(name);
-    return replay(name);
+  // A stage's value in A (when A has it in the schema's shape), else its replay: the stage
+  // recomputed in fp64 from A's own upstream tensors.
+  auto a_provides = [&](const std::string& name) {
+    return a.has(name) && (stage(name).group == Group::inputs || a.get(name).shape == stage_shape(stage(name), a.prob));
   };
-  auto replay_in = [&](std::map<std::string, Tensor>& done, const std::string& name, Arith arith) -> const Tensor& {
-    auto it = done.find(name);
-    if (it != done.end()) return it->second;
+  std::map<std::string, Tensor> replayed;
+  std::function<const Tensor&(const std::string&)> value_in_a = [&](const std::string& name) -> const Tensor& {
+    if (a_provides(name)) return a.get(name);
+    auto it = replayed.find(name);
+    if (it != replayed.end()) return it->second;
     TensorMap deps;
     for (const char* d : stage(name).deps) deps[d] = value_in_a(d);
-    return done[name] = cpu_stage(name, a.prob, deps, arith);
+    return replayed[name] = cpu_stage(name, a.prob, deps, Precision::fp64);
   };
-  replay = [&](const std::string& name) -> const Tensor& { return replay_in(replayed, name, Precision::fp64); };
-  auto replay32 = [&](const std::string& name) -> const Tensor& {
-    return replay_in(replayed32, name, Arith(Precision::fp32, true));
+  // The error a replay leaves to A's own arithmetic: the stage (and what A lacks, as the
+  // replay recomputes it) in plain class-C arithmetic from the oracle's values, unrounded.
+  std::map<std::pair<int, std::string>, Tensor> local;
+  std::function<const Tensor&(const std::string&, Accuracy)> local_plain = [&](const std::string& name,
+                                                                                Accuracy c) -> const Tensor& {
+    auto key = std::pair{int(c), name};
+    if (auto it = local.find(key); it != local.end()) return it->second;
+    const Case& o = refs.oracle();
+    TensorMap deps;
+    for (const char* d : stage(name).deps) deps[d] = a_provides(d) ? o.get(d) : local_plain(d, c);
+    return local[key] = cpu_stage(name, o.prob, deps, plain_arith(c));
+  };
+  // The stage itself recomputed from A's upstream tensors: fp64, or fp32 plain and unrounded.
+  std::map<std::string, Tensor> own;
+  auto recompute = [&](const std::string& name, Arith arith) {
+    TensorMap deps;
+    for (const char* d : stage(name).deps) deps[d] = value_in_a(d);
+    return cpu_stage(name, a.prob, deps, arith);
+  };
+  auto replay = [&](const std::string& name) -> const Tensor& {
+    auto it = own.find(name);
+    return it != own.end() ? it->second : own[name] = recompute(name, Precision::fp64);
   };
 
   for (const std::string& name : a.unknown) {
@@ -241,12 +258,14 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
 
     // bf16 stages: A's rounding, checked against the replay from A's own upstream tensors.
     std::map<Accuracy, Rounding> rounding;
+    Tensor fp32_value;
     std::map<Accuracy, std::vector<uint8_t>> unexplained;
     auto rounding_ok = [&](Accuracy c) {
       if (!bf) return true;
       if (!rounding.count(c)) {
-        double tau = opt.budget_factor * max_error(refs.plain(c).get(s.name), o, uo, false) + kTieFloorUlp;
-        rounding[c] = check_rounding(ta, replay(s.name), replay32(s.name), tau, unexplained[c]);
+        double tau = opt.budget_factor * max_error(local_plain(s.name, c), o, uo, false) + kTieFloorUlp;
+        if (fp32_value.bytes.empty()) fp32_value = recompute(s.name, plain_arith(Accuracy::fp32));
+        rounding[c] = check_rounding(ta, replay(s.name), fp32_value, tau, unexplained[c]);
       }
       return rounding[c].reason.empty();
     };

@@ -19,6 +19,12 @@ Accuracy parse_accuracy(const std::string& text) {
   fail("--accept ", text, ": expected fp32, tf32 or bf16");
 }
 
+Arith plain_arith(Accuracy c) {
+  MHC_CHECK(c == Accuracy::fp32 || c == Accuracy::tf32 || c == Accuracy::bf16, "no plain evaluation for ", accuracy_name(c));
+  Operands o = c == Accuracy::fp32 ? Operands::exact : c == Accuracy::tf32 ? Operands::tf32 : Operands::bf16;
+  return Arith(Precision::fp32, true, o);
+}
+
 const Case& References::oracle() {
   auto [it, fresh] = done_.try_emplace(-1, inputs_);
   if (fresh) cpu_run(it->second, Precision::fp64);
@@ -26,12 +32,9 @@ const Case& References::oracle() {
 }
 
 const Case& References::plain(Accuracy c) {
-  MHC_CHECK(c == Accuracy::fp32 || c == Accuracy::tf32 || c == Accuracy::bf16, "no plain evaluation for ", accuracy_name(c));
+  Arith arith = plain_arith(c);
   auto [it, fresh] = done_.try_emplace(int(c), inputs_);
-  if (fresh) {
-    Operands o = c == Accuracy::fp32 ? Operands::exact : c == Accuracy::tf32 ? Operands::tf32 : Operands::bf16;
-    cpu_run(it->second, Arith(Precision::fp32, true, o));
-  }
+  if (fresh) cpu_run(it->second, arith);
   return it->second;
 }
 

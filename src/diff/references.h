@@ -14,6 +14,9 @@ enum class Accuracy { exact, fp32, tf32, bf16, diverged };
 const char* accuracy_name(Accuracy a);
 Accuracy parse_accuracy(const std::string& text);  // fp32 | tf32 | bf16; UserError otherwise
 
+// The arithmetic of the plain class-C evaluation (c in fp32, tf32, bf16).
+Arith plain_arith(Accuracy c);
+
 class References {
  public:
   explicit References(const Case& inputs) : inputs_(inputs.inputs_only()) {}
