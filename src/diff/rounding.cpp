@@ -14,6 +14,8 @@ int ordinal(double v) {
   return b & 0x8000 ? -int(b & 0x7fff) : int(b & 0x7fff);
 }
 
+double from_ordinal(int o) { return bf16_to_float(bf16{uint16_t(o < 0 ? 0x8000 | -o : o)}); }
+
 }  // namespace
 
 Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, double tau, std::vector<uint8_t>& bad) {
@@ -24,7 +26,7 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
   r.checked = true;
   const double rms = finite_rms(exact);
   int64_t toward = 0, away = 0;
-  double widest = 0, bias = 0;  // widest: largest distance from the tie of an unexplained flip, in steps
+  double widest = 0, bias = 0;  // widest: the farthest an unexplained flip lies beyond its tie, in steps
   for (int64_t i = 0; i < a.size(); ++i) {
     double v = a.at(i), e = exact.at(i);
     if (!std::isfinite(v) || !std::isfinite(e)) continue;
@@ -35,7 +37,7 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
     float f = float(fp32.at(i));
     uint32_t u;
     std::memcpy(&u, &f, 4);
-    if ((u & 0xffffu) == 0x8000u && ((u >> 16) & 1u)) {
+    if ((u & 0xffffu) == 0x8000u && !((u >> 16) & 1u)) {
       ++r.ties;
       r.ties_not_even += std::fabs(v) > std::fabs(f);
     }
@@ -43,24 +45,26 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
     ++r.differ;
     bool up = std::fabs(v) > std::fabs(rounded);
     bias += (up ? 1 : -1) * std::fabs(v - rounded) / ulp;
-    int steps = std::abs(ordinal(v) - ordinal(rounded));
-    double mid = steps == 1 ? (v + rounded) / 2 : rounded;
-    if (steps == 1 && std::fabs(e - mid) <= tau * ulp) continue;  // e is this close to a tie: either way is right
+    // Explained when some value within tau ulps of e rounds to v: e's distance to the
+    // interval of values that round to v (half a step either side of v).
+    double toward_e = from_ordinal(ordinal(v) + (e > v ? 1 : -1));
+    double gap = std::fabs(e - v) - std::fabs(toward_e - v) / 2;
+    if (gap <= tau * ulp) continue;
     ++r.unexplained;
     bad[size_t(i)] = 1;
     (up ? away : toward) += 1;
-    widest = std::max(widest, steps == 1 ? std::fabs(e - mid) / std::fabs(v - rounded) : double(steps));
+    widest = std::max(widest, gap / std::fabs(toward_e - v));  // in steps beyond the tie
   }
   r.bias_ulp = a.size() ? bias / double(a.size()) : 0;
   if (r.unexplained) {
     std::string n = cat(r.unexplained, " of ", a.size(), " elements");
-    bool spread = widest > 0.4;  // flips far from ties: the rounding itself, not a slightly different value
+    bool spread = widest > 0.25;  // flips far from ties: the rounding itself, not a slightly different value
     if (spread && toward >= 0.9 * double(r.unexplained))
       r.reason = cat("truncation: ", n, " rounded toward zero where nearest-even rounds away (bias ",
                      std::round(r.bias_ulp * 1000) / 1000, " ulp)");
     else if (spread && away >= 0.9 * double(r.unexplained))
       r.reason = cat("rounding away from zero: ", n, " rounded up in magnitude where nearest-even rounds down");
-    else if (widest < 0.125)
+    else if (widest < 0.1)
       r.reason = cat("double rounding: ", n, " within 1/8 ulp of a tie rounded the wrong way (rounded twice?)");
     else
       r.reason = cat(n, " differ from their inputs' correctly rounded value by more than the arithmetic explains",

@@ -1,0 +1,197 @@
+// test_diff_where.cpp — the new parts of the diff engine on planted faults in the golden:
+// accuracy classes, rounding checks (unit-tested on exact ties too), where-ranges and
+// patterns, format statuses, --require. Independent kernels: tests/indep/verdicts.py.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "rounding.h"
+#include "support.h"
+#include "where.h"
+
+using namespace mhc;
+
+namespace {
+
+const StageReport& find(const DiffReport& r, const std::string& name) {
+  for (auto& s : r.stages)
+    if (s.name == name) return s;
+  FAIL("stage not in report: " << name);
+  return r.stages.front();
+}
+
+const AxisRanges& axis(const StageReport& s, const std::string& name) {
+  for (auto& a : s.where)
+    if (a.axis == name) return a;
+  FAIL("no axis " << name << " in the where of " << s.name);
+  return s.where.front();
+}
+
+using Ranges = std::vector<std::pair<int64_t, int64_t>>;
+
+// The golden's h_in rounded from fp64 by `round` instead of nearest-even (x, h_pre as stored).
+void reround_h_in(Case& c, float (*round)(double)) {
+  Tensor& h = c.t["h_in"];
+  const Tensor &x = c.get("x"), &hp = c.get("h_pre");
+  const int64_t T = c.prob.T(), n = c.prob.n, D = c.prob.D;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t d = 0; d < D; ++d) {
+      float acc = 0;
+      for (int64_t i = 0; i < n; ++i) acc += float(hp.at(t * n + i)) * float(x.at((t * n + i) * D + d));
+      h.data<bf16>()[t * D + d].bits = uint16_t(std::bit_cast<uint32_t>(round(acc)) >> 16);
+    }
+}
+
+float truncate16(double v) { return std::bit_cast<float>(std::bit_cast<uint32_t>(float(v)) & 0xffff0000u); }
+float half_away(double v) { return std::bit_cast<float>((std::bit_cast<uint32_t>(float(v)) + 0x8000u) & 0xffff0000u); }
+float via_tf32(double v) {  // nearest-even to 10 mantissa bits, then nearest-even to bf16: rounded twice
+  uint32_t u = std::bit_cast<uint32_t>(float(v));
+  u = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;
+  return bf16_to_float(float_to_bf16(std::bit_cast<float>(u)));
+}
+
+}  // namespace
+
+TEST_SUITE("diff") {
+  TEST_CASE("rounding: truncation, round-half-away and double rounding of h_in are diverged at h_in with the reason") {
+    Case ref = test::golden(parse_shape("256,4,512"), 31);
+    struct Kind {
+      float (*round)(double);
+      const char* reason;
+    };
+    for (Kind k : {Kind{truncate16, "truncation"}, Kind{via_tf32, "double rounding"}}) {
+      Case bad = ref;
+      reround_h_in(bad, k.round);
+      DiffReport r = test::diff(bad, ref);
+      INFO(report_table(r, false));
+      CHECK(r.root_causes == std::vector<std::string>{"h_in"});
+      CHECK(find(r, "h_in").rounding.reason.find(k.reason) != std::string::npos);
+    }
+    Case fine = ref;  // fp32 sum then nearest-even: the golden's own rounding, recomputed
+    reround_h_in(fine, [](double v) { return bf16_to_float(float_to_bf16(float(v))); });
+    DiffReport ok = test::diff(fine, ref);
+    CHECK(ok.match());
+    CHECK(find(ok, "h_in").rounding.reason.empty());
+  }
+
+  TEST_CASE("rounding: exact ties rounded away from zero are named; ties to even pass") {
+    // 64 exact fp32 ties whose away neighbour is odd, among ordinary values
+    Tensor exact({1024}, DType::f64), fp32({1024}, DType::f32), even({1024}, DType::bf16), away({1024}, DType::bf16);
+    for (int64_t i = 0; i < 1024; ++i) {
+      uint32_t lo = uint32_t(0x3f80 + 2 * (i % 64)) << 16;  // 1.0 + even bf16 steps
+      float v = std::bit_cast<float>(lo | (i % 16 == 0 ? 0x8000u : uint32_t(i * 37 % 0x7fff)));
+      fp32.data<float>()[i] = v;
+      exact.data<double>()[i] = double(v) + (i % 32 == 0 ? 1e-9 : -1e-9);  // the fp64 value: either side of the tie
+      even.data<bf16>()[i] = float_to_bf16(v);
+      away.data<bf16>()[i].bits = uint16_t((std::bit_cast<uint32_t>(v) + 0x8000u) >> 16);
+    }
+    std::vector<uint8_t> bad;
+    Rounding ok = check_rounding(even, exact, fp32, 0.01, bad);
+    CHECK(ok.ties == 64);
+    CHECK(ok.reason.empty());
+    Rounding up = check_rounding(away, exact, fp32, 0.01, bad);
+    CHECK(up.ties_not_even == 64);
+    CHECK(up.reason.find("ties not to even") != std::string::npos);
+  }
+
+  TEST_CASE("where: an error in later tokens only, downstream consistent with it") {
+    Case ref = test::golden(parse_shape("512,4,128"), 32), bad = ref;
+    for (int64_t t = 256; t < 512; ++t)
+      for (int64_t i = 0; i < 4; ++i) bad.t["h_pre"].set(t * 4 + i, bad.get("h_pre").at(t * 4 + i) * (1 + 1e-4));
+    test::recompute_after(bad, "h_pre", Precision::fp32);
+    DiffReport r = test::diff(bad, ref);
+    INFO(report_table(r, false));
+    CHECK(r.root_causes == std::vector<std::string>{"h_pre"});
+    const StageReport& h = find(r, "h_pre");
+    CHECK(axis(h, "token").ranges == Ranges{{256, 511}});
+    CHECK(h.first_mismatch[0] == 256);
+    CHECK(h.pattern.rfind("tokens 256–511", 0) == 0);
+    CHECK(find(r, "dh_mix").status == Status::inherited);
+    CHECK(find(r, "h_in").status != Status::diverged);
+    CHECK(r.verdict_line().find("downstream stages follow from h_pre") != std::string::npos);
+  }
+
+  TEST_CASE("where: dh_res transposed shows in the off-diagonal h_res columns of dh_mix") {
+    Case ref = test::golden(parse_shape("2,64,4,64"), 33), bad = ref;
+    Tensor& g = bad.t["dh_res"];
+    const Tensor& orig = ref.get("dh_res");
+    for (int64_t t = 0; t < 128; ++t)
+      for (int64_t i = 0; i < 4; ++i)
+        for (int64_t j = 0; j < 4; ++j) g.set(t * 16 + i * 4 + j, orig.at(t * 16 + j * 4 + i));
+    test::recompute_after(bad, "dh_post", Precision::fp32);
+    bad.t["dh_res"] = orig;  // the kernel read its input transposed; the dump holds the true input
+    DiffReport r = test::diff(bad, ref);
+    INFO(report_table(r, false));
+    CHECK(r.first_divergent == "dh_mix");
+    const StageReport& d = find(r, "dh_mix");
+    CHECK(d.where.size() == 3);  // batch, seq, N
+    CHECK(axis(d, "N").ranges == Ranges{{9, 12}, {14, 17}, {19, 22}});
+    CHECK(d.pattern.find("h_res off-diagonal") != std::string::npos);
+  }
+
+  TEST_CASE("classes: a stage within the tf32 budget reads tf32; --accept tf32 passes it") {
+    Case ref = test::golden(parse_shape("128,4,1024"), 34), tf = ref.inputs_only();
+    cpu_run(tf, Arith(Precision::fp32, true, Operands::tf32));
+    for (const char* s : {"h_in", "dx"}) tf.t[s] = convert(tf.get(s), DType::bf16);
+    DiffReport strict = test::diff(tf, ref);
+    INFO(report_table(strict, false));
+    CHECK(find(strict, "h_mix").accuracy == Accuracy::tf32);
+    CHECK(strict.verdict == Verdict::diverged);
+    DiffOptions loose;
+    loose.accept = Accuracy::tf32;
+    CHECK(test::diff(tf, ref, loose).match());
+    Case wrong = tf;  // and a real error still diverges at tf32
+    for (int64_t i = 0; i < wrong.get("dphi").size(); ++i) wrong.t["dphi"].set(i, wrong.get("dphi").at(i) * 1.01);
+    DiffReport w = test::diff(wrong, ref, loose);
+    INFO(report_table(w, false));
+    CHECK(w.root_causes == std::vector<std::string>{"dphi"});
+  }
+
+  TEST_CASE("sharp: 1e-4 relative error in an fp32 stage and 2 ulps in 1% of a bf16 stage are caught") {
+    Case ref = test::golden(parse_shape("256,4,4096"), 35);
+    for (const char* s : {"h_mix", "dvecX", "dphi", "inv_rms", "dgamma"}) {
+      Case bad = ref;
+      for (int64_t i = 0; i < bad.get(s).size(); ++i) bad.t[s].set(i, bad.get(s).at(i) * (1 + 1e-4));
+      INFO("stage ", s);
+      CHECK(test::diff(bad, ref).root_causes == std::vector<std::string>{s});
+    }
+    Case bad = ref;
+    Tensor& h = bad.t["dx"];
+    for (int64_t i = 0; i < h.size(); i += 100) h.data<bf16>()[i].bits += 2;
+    CHECK(test::diff(bad, ref).root_causes == std::vector<std::string>{"dx"});
+  }
+
+  TEST_CASE("format: unknown datasets, reshaped or lossy stages make the comparison invalid; --require") {
+    Case ref = test::golden(parse_shape("32,4,64"), 36);
+    Case typo = ref;
+    typo.t.erase("h_mix");
+    typo.unknown = {"/forward/hmix"};
+    DiffReport r = test::diff(typo, ref);
+    CHECK(r.verdict == Verdict::invalid);
+    CHECK(r.exit_status() == 2);
+    CHECK(find(r, "/forward/hmix").status == Status::unknown);
+    CHECK(find(r, "/forward/hmix").hint == "did you mean /forward/h_mix?");
+
+    Case flat = ref;
+    flat.t["dh_mix"].shape = {flat.get("dh_mix").size()};
+    CHECK(find(test::diff(flat, ref), "dh_mix").status == Status::format);
+    Case half = ref;
+    half.stored_as["h_mix"] = "float16";
+    DiffReport hr = test::diff(half, ref);
+    CHECK(find(hr, "h_mix").status == Status::format);
+    CHECK(hr.verdict == Verdict::invalid);
+
+    Case nothing = ref.inputs_only();
+    CHECK(test::diff(nothing, ref).verdict == Verdict::invalid);
+    Case fwd = ref;
+    for (const Stage& s : stage_table())
+      if (s.group == Group::backward) fwd.t.erase(s.name);
+    DiffOptions req;
+    req.require = {"h_mix", "dphi"};
+    DiffReport rr = test::diff(fwd, ref, req);
+    CHECK(rr.verdict == Verdict::diverged);
+    CHECK(rr.missing_required == std::vector<std::string>{"dphi"});
+    CHECK(test::diff(fwd, ref).match());
+  }
+}
