@@ -304,7 +304,7 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
       for (int64_t i = 0; i < re.size(); ++i) own = std::max(own, ur(elem_diff(ta.at(i), re.at(i)), re.at(i)));
       if (own <= r.limit - r.reference_error && (!bf || r.rounding.reason.empty())) r.status = Status::inherited;
       locate(r, mask, tb.shape, s, a.prob, opt.tile);
-      heatmap(r, err, r.limit, tb.shape, s, a.prob);
+      heatmap(r, err, mask, r.limit, tb.shape, s, a.prob);
     }
     keep(r, err, mask, opt);
     rep.stages.push_back(r);

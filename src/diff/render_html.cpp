@@ -70,7 +70,9 @@ std::string report_html(const DiffReport& r, const std::string& title) {
   std::string out = cat(
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>", esc(title), "</title><style>"
       "body{font-family:sans-serif;margin:1.5em;color:#222}table{border-collapse:collapse;font-size:13px}"
-      "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right}td:first-child,th:first-child{text-align:left}"
+      "td,th{border:1px solid #ccc;padding:3px 6px;text-align:right;white-space:nowrap}"
+      "td:first-child,th:first-child,td:nth-child(n+9),th:nth-child(n+9){text-align:left}"
+      "td:nth-child(n+9){white-space:normal}"
       ".verdict{font-size:16px;padding:8px;border-radius:4px}.match{background:#dfd}.diverged{background:#fdd}"
       ".invalid{background:#fde}.s-ok{color:#070}.s-diverged{color:#c00;font-weight:bold}.s-inherited{color:#a60}"
       ".s-unknown,.s-format{color:#909;font-weight:bold}.s-missing{color:#888}figure{margin:1em 0}"

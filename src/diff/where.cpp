@@ -121,8 +121,8 @@ void locate(StageReport& r, const std::vector<uint8_t>& mask, const Shape& shape
   r.pattern += " only";
 }
 
-void heatmap(StageReport& r, const std::vector<double>& err, double limit, const Shape& shape, const Stage& s,
-             const Problem& p) {
+void heatmap(StageReport& r, const std::vector<double>& err, const std::vector<uint8_t>& mask, double limit,
+             const Shape& shape, const Stage& s, const Problem& p) {
   std::vector<std::string> names = axis_names(s, p);
   bool per_token = !s.dims.empty() && s.dims[0] == Dim::tok;
   size_t lead = per_token ? p.tokens.size() : shape.empty() ? 0 : 1;
@@ -139,6 +139,7 @@ void heatmap(StageReport& r, const std::vector<double>& err, double limit, const
   for (int64_t i = 0; i < int64_t(err.size()); ++i) {
     float& v = h.value[size_t((i / cols) / h.row_span * h.cols + (i % cols) / h.col_span)];
     double e = limit > 0 ? err[size_t(i)] / limit : err[size_t(i)];
+    if (mask[size_t(i)]) e = std::max(e, 1.5);
     v = std::max(v, float(std::min(e, 1e6)));
   }
 }

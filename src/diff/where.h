@@ -17,8 +17,9 @@ std::vector<std::string> axis_names(const Stage& s, const Problem& p);
 void locate(StageReport& r, const std::vector<uint8_t>& mask, const Shape& shape, const Stage& s, const Problem& p,
             int64_t tile);
 
-// Fills r.heat from the per-element errors.
-void heatmap(StageReport& r, const std::vector<double>& err, double limit, const Shape& shape, const Stage& s,
-             const Problem& p);
+// Fills r.heat from the per-element errors; a failing element (mask) shows at least at 1.5x
+// the limit, also when it fails through the rounding check.
+void heatmap(StageReport& r, const std::vector<double>& err, const std::vector<uint8_t>& mask, double limit,
+             const Shape& shape, const Stage& s, const Problem& p);
 
 }  // namespace mhc
