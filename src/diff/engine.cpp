@@ -303,6 +303,7 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
       double own = 0;
       for (int64_t i = 0; i < re.size(); ++i) own = std::max(own, ur(elem_diff(ta.at(i), re.at(i)), re.at(i)));
       if (own <= r.limit - r.reference_error && (!bf || r.rounding.reason.empty())) r.status = Status::inherited;
+      if (r.error > r.limit) r.rounding.reason.clear();  // values off by more than rounding: that is the news
       locate(r, mask, tb.shape, s, a.prob, opt.tile);
       heatmap(r, err, mask, r.limit, tb.shape, s, a.prob);
     }
