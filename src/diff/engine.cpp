@@ -32,13 +32,13 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr Accuracy kClasses[] = {Accuracy::fp32, Accuracy::tf32, Accuracy::bf16};
 
-// A stage's unit of error: bf16 ulps of the reference value (taken at least at rms/1024 so
+// A stage's unit of error: bf16 ulps of the reference value (taken at least at rms/64 so
 // that values cancelling to ~0 don't make every ulp tiny), or fractions of the reference RMS.
 struct Unit {
   bool ulp = false;
   double rms = 1;
   double operator()(double diff, double ref) const {
-    return ulp ? diff / bf16_ulp(std::max(std::fabs(ref), rms * 0x1p-10)) : diff / rms;
+    return ulp ? diff / bf16_ulp(std::max(std::fabs(ref), rms * kUlpFloor)) : diff / rms;
   }
 };
 

@@ -31,7 +31,7 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
     double v = a.at(i), e = exact.at(i);
     if (!std::isfinite(v) || !std::isfinite(e)) continue;
     double rounded = as_bf16(e);
-    double ulp = bf16_ulp(std::max(std::fabs(e), rms * 0x1p-10));
+    double ulp = bf16_ulp(std::max(std::fabs(e), rms * kUlpFloor));
     // A's fp32 value on an exact tie whose away-from-zero neighbour is odd: nearest-even
     // rounds toward zero there, round-half-up does not.
     float f = float(fp32.at(i));

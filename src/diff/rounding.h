@@ -8,6 +8,11 @@
 
 namespace mhc {
 
+// bf16 errors are counted in ulps of max(|value|, rms * kUlpFloor): for values that cancel
+// to near zero, the fp32 arithmetic's absolute error (about 1e-5 rms at K = 28672) would
+// otherwise be many of their own tiny ulps.
+constexpr double kUlpFloor = 1.0 / 64;
+
 // Smallest error before rounding, in ulps, that is always allowed to flip a rounding.
 constexpr double kTieFloorUlp = 1.0 / 1024;
 
