@@ -54,6 +54,15 @@ std::set<std::string> parse_require(const std::string& text) {
   return out;
 }
 
+// --tokens A:B -> [A, B) of the flattened tokens of a T-token case.
+std::pair<int64_t, int64_t> parse_tokens(const std::string& text, int64_t T) {
+  long long a, b;
+  char extra;
+  if (std::sscanf(text.c_str(), "%lld:%lld%c", &a, &b, &extra) != 2 || a < 0 || b <= a || b > T)
+    fail("--tokens ", text, ": expected A:B with 0 <= A < B <= T = ", T, " (tokens A to B-1 of the flattened token axis)");
+  return {a, b};
+}
+
 // --dump-diff: per compared stage, A - B, the error in the stage's unit and the mismatch mask.
 void dump_diff(const std::string& path, const Case& a, const Case& b, const DiffReport& rep) {
   std::vector<std::pair<std::string, Tensor>> out;
@@ -77,7 +86,7 @@ void dump_diff(const std::string& path, const Case& a, const Case& b, const Diff
 
 void add_diff(CLI::App& app, int& rc) {
   struct Opts {
-    std::string a, b, input, tolerance = "budget", shape = kDefaultShape, accept = "fp32", require, dump, report;
+    std::string a, b, input, tolerance = "budget", shape = kDefaultShape, accept = "fp32", require, dump, report, tokens;
     std::vector<std::string> tol;
     double factor = 2, atol = -1, rtol = -1;
     uint64_t seed = 0;
@@ -93,6 +102,7 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("--seed", o->seed, "seed of the generated default case")->capture_default_str();
   sub->add_option("--accept", o->accept, "loosest accuracy class that passes: fp32, tf32 or bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))->capture_default_str();
+  sub->add_option("--tokens", o->tokens, "compare tokens A..B-1 only (A:B); sums over tokens are then not compared");
   sub->add_option("--require", o->require, "stages that must be present: all, forward, backward or a list");
   sub->add_option("--tolerance", o->tolerance, "budget (default) or fixed")
       ->check(CLI::IsMember({"budget", "fixed"}))->capture_default_str();
@@ -163,8 +173,20 @@ void add_diff(CLI::App& app, int& rc) {
       std::cerr << "mhc diff: no input file given; generated " << inputs.prob.str() << ", seed " << o->seed
                 << " (mhc gen --shape " << o->shape << " --seed " << o->seed << ")\n";
     }
+    if (!o->tokens.empty()) {
+      const int64_t T = inputs.prob.T();
+      auto [t0, t1] = parse_tokens(o->tokens, T);
+      opt.token_offset = t0;
+      inputs = inputs.token_slice(t0, t1);
+      if (!a_backend) a = a.token_slice(t0, t1);
+      if (!b_backend) b = b.token_slice(t0, t1);
+      std::cerr << "mhc diff: comparing tokens " << t0 << ".." << t1 - 1 << " of " << T
+                << "; dphi, dalpha, dbias and dgamma (sums over all tokens) are not compared\n";
+    }
     if (a_backend) a = inputs.inputs_only(), run_backend(parse_backend(o->a), a, Pass::both, true);
     if (b_backend) b = inputs.inputs_only(), run_backend(parse_backend(o->b), b, Pass::both, true);
+    if (!o->tokens.empty())  // a backend side summed over the slice only: not comparable either
+      for (Case* c : {&a, &b}) *c = c->token_slice(0, c->prob.T());
 
     References refs(b);
     DiffReport rep = diff_cases(a, b, refs, opt);

@@ -1,5 +1,7 @@
 #include "case.h"
 
+#include <algorithm>
+
 namespace mhc {
 
 const Tensor& Case::get(const std::string& name) const {
@@ -19,6 +21,33 @@ Case Case::inputs_only() const {
   c.prob = prob;
   for (auto& [name, tensor] : t)
     if (stage(name).group == Group::inputs) c.t[name] = tensor;
+  return c;
+}
+
+Case Case::token_slice(int64_t t0, int64_t t1) const {
+  MHC_CHECK(0 <= t0 && t0 < t1 && t1 <= prob.T(), "token slice ", t0, ":", t1, " of ", prob.T());
+  Case c;
+  c.prob = prob;
+  c.prob.tokens = {t1 - t0};
+  c.attrs = attrs, c.stored_as = stored_as, c.unknown = unknown;
+  for (auto& [name, tensor] : t) {
+    const Stage& s = stage(name);
+    if (s.dims.empty() || s.dims[0] != Dim::tok) {
+      if (s.group == Group::inputs) c.t[name] = tensor;  // parameters; sums over tokens are dropped
+      continue;
+    }
+    int64_t per = tensor.size() / prob.T();  // elements per token
+    Shape shape = {t1 - t0};
+    shape.insert(shape.end(), tensor.shape.begin() + int64_t(prob.tokens.size()), tensor.shape.end());
+    if (tensor.size() != prob.T() * per || numel(shape) != (t1 - t0) * per) {
+      c.t[name] = tensor;  // not in the schema's shape: left for the diff to report
+      continue;
+    }
+    Tensor part(shape, tensor.dtype);
+    size_t bytes = size_t(per) * dtype_size(tensor.dtype);
+    std::copy_n(tensor.bytes.begin() + ptrdiff_t(size_t(t0) * bytes), size_t(t1 - t0) * bytes, part.bytes.begin());
+    c.t[name] = std::move(part);
+  }
   return c;
 }
 

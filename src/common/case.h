@@ -19,6 +19,9 @@ struct Case {
   const Tensor& get(const std::string& name) const;  // MHC_CHECKs presence
   bool has_gradients() const;                        // all three upstream gradients present
   Case inputs_only() const;                          // the same case without computed stages
+  // Tokens [t0, t1) of the flattened token axis, as a case of layout [t1-t0]: per-token
+  // tensors sliced, parameters kept, sums over all tokens dropped.
+  Case token_slice(int64_t t0, int64_t t1) const;
 };
 
 }  // namespace mhc

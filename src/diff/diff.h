@@ -30,6 +30,7 @@ struct DiffOptions {
   int64_t tile = 64;                 // tile size of the pattern summary
   std::set<std::string> require;     // stages that must be present on both sides
   bool keep_elements = false;        // fill StageReport::elem_error and elem_mask (--dump-diff)
+  int64_t token_offset = 0;          // --tokens A:B: the cases hold tokens from A on; indices are reported from 0
 };
 
 // Inclusive index ranges, along one axis of a stage's stored shape, holding a mismatch.

@@ -238,7 +238,7 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
       for (size_t i = 0; i < err.size(); ++i) mask[i] = err[i] > 1;
       r.mismatches = std::count(mask.begin(), mask.end(), 1);
       r.status = r.mismatches ? Status::diverged : Status::ok;
-      if (r.mismatches) locate(r, mask, tb.shape, s, a.prob, opt.tile);
+      if (r.mismatches) locate(r, mask, tb.shape, s, a.prob, opt.tile, opt.token_offset);
       keep(r, err, mask, opt);
       rep.stages.push_back(r);
       continue;
@@ -304,14 +304,17 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
       for (int64_t i = 0; i < re.size(); ++i) own = std::max(own, ur(elem_diff(ta.at(i), re.at(i)), re.at(i)));
       if (own <= r.limit - r.reference_error && (!bf || r.rounding.reason.empty())) r.status = Status::inherited;
       if (r.error > r.limit) r.rounding.reason.clear();  // values off by more than rounding: that is the news
-      locate(r, mask, tb.shape, s, a.prob, opt.tile);
+      locate(r, mask, tb.shape, s, a.prob, opt.tile, opt.token_offset);
       heatmap(r, err, mask, r.limit, tb.shape, s, a.prob);
     }
     keep(r, err, mask, opt);
     rep.stages.push_back(r);
   }
 
-  for (auto& r : rep.stages) by_name[r.name] = &r;
+  for (auto& r : rep.stages) {
+    by_name[r.name] = &r;
+    if (r.compared && stage(r.name).dims[0] == Dim::tok) r.max_abs_index[0] += opt.token_offset;
+  }
   auto diverging = [&](const std::string& name) {
     auto it = by_name.find(name);
     return it != by_name.end() && (it->second->status == Status::diverged || it->second->status == Status::inherited);

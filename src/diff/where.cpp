@@ -70,7 +70,7 @@ std::string axis_words(const std::string& axis) {
 }  // namespace
 
 void locate(StageReport& r, const std::vector<uint8_t>& mask, const Shape& shape, const Stage& s, const Problem& p,
-            int64_t tile) {
+            int64_t tile, int64_t token_offset) {
   std::vector<std::string> names = axis_names(s, p);
   std::vector<std::vector<uint8_t>> hit(shape.size());
   for (size_t d = 0; d < shape.size(); ++d) hit[d].assign(size_t(shape[d]), 0);
@@ -90,21 +90,24 @@ void locate(StageReport& r, const std::vector<uint8_t>& mask, const Shape& shape
   r.pattern.clear();
   if (first < 0) return;
   r.first_mismatch = unravel(first, shape);
+  const int64_t off = names.empty() || names[0] != "token" ? 0 : token_offset;
+  if (!r.first_mismatch.empty()) r.first_mismatch[0] += off;
   std::vector<std::string> parts;
   for (size_t d = 0; d < shape.size(); ++d) {
     AxisRanges ax{d < names.size() ? names[d] : cat("axis", d), shape[d], {}};
+    const int64_t shift = d == 0 ? off : 0;
     for (int64_t i = 0; i < shape[d]; ++i) {
       if (!hit[d][size_t(i)]) continue;
-      if (!ax.ranges.empty() && ax.ranges.back().second == i - 1) ax.ranges.back().second = i;
-      else ax.ranges.push_back({i, i});
+      if (!ax.ranges.empty() && ax.ranges.back().second == i - 1 + shift) ax.ranges.back().second = i + shift;
+      else ax.ranges.push_back({i + shift, i + shift});
     }
-    bool whole = ax.ranges.size() == 1 && ax.ranges[0].first == 0 && ax.ranges[0].second == shape[d] - 1;
+    bool whole = ax.ranges.size() == 1 && ax.ranges[0].first == shift && ax.ranges[0].second == shape[d] - 1 + shift;
     if (!whole) {
       std::string part = cat(axis_words(ax.axis), " ", ranges_str(ax.ranges));
       if (ax.axis == "N" || ax.axis == "K" || ax.axis == "D") part += cat(" of ", ax.axis);
       std::string block = ax.axis == "N" ? mix_block(hit[d], p.n) : "";
       int64_t last_tile = (shape[d] - 1) / tile * tile;
-      bool tail = shape[d] > tile && ax.ranges.front().first >= last_tile;
+      bool tail = !shift && shape[d] > tile && ax.ranges.front().first >= last_tile;
       if (tail) block += cat(block.empty() ? "" : "; ", "the last", shape[d] % tile ? ", partial" : "", " ", tile, "-tile");
       if (!block.empty()) part += cat(" (", block, ")");
       parts.push_back(part);
