@@ -44,7 +44,6 @@ void reround_h_in(Case& c, float (*round)(double)) {
 }
 
 float truncate16(double v) { return std::bit_cast<float>(std::bit_cast<uint32_t>(float(v)) & 0xffff0000u); }
-float half_away(double v) { return std::bit_cast<float>((std::bit_cast<uint32_t>(float(v)) + 0x8000u) & 0xffff0000u); }
 float via_tf32(double v) {  // nearest-even to 10 mantissa bits, then nearest-even to bf16: rounded twice
   uint32_t u = std::bit_cast<uint32_t>(float(v));
   u = (u + 0xfffu + ((u >> 13) & 1u)) & 0xffffe000u;

@@ -91,7 +91,7 @@ void add_diff(CLI::App& app, int& rc) {
     double factor = 2, atol = -1, rtol = -1;
     uint64_t seed = 0;
     int64_t tile = 64;
-    bool json = false, ignore_inputs = false, strict = false;
+    bool json = false, ignore_inputs = false, strict = false, allow_nonfinite = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("diff", "Compare two runs stage by stage; name the first divergent stage");
@@ -116,6 +116,7 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("--report", o->report, "write a self-contained HTML page: verdict, table, error heatmaps");
   sub->add_flag("--ignore-inputs", o->ignore_inputs, "compare files whose /inputs differ (same shapes)");
   sub->add_flag("--strict", o->strict, "inputs that need rounding to their dtype are an error");
+  sub->add_flag("--allow-nonfinite", o->allow_nonfinite, "accept NaN/Inf in inputs and in a backend side's outputs");
   sub->add_flag("--json", o->json, "print the report as JSON");
   sub->footer(
       "Exit status: 0 match, 1 diverged (or a --require'd stage missing), 2 error or invalid comparison\n"
@@ -141,7 +142,8 @@ void add_diff(CLI::App& app, int& rc) {
     }
     bool a_backend = is_backend_side(o->a), b_backend = is_backend_side(o->b);
     LoadOptions lo;
-    lo.strict = o->strict;
+    lo.strict = o->strict, lo.allow_nonfinite = o->allow_nonfinite;
+    lo.memory_factor = 8;  // A, B, the fp64 oracle, plain evaluations and replays
     Case a, b;
     if (!a_backend) a = load_case(o->a, lo, true);
     if (!b_backend) b = load_case(o->b, lo, true);
@@ -185,6 +187,10 @@ void add_diff(CLI::App& app, int& rc) {
     }
     if (a_backend) a = inputs.inputs_only(), run_backend(parse_backend(o->a), a, Pass::both, true);
     if (b_backend) b = inputs.inputs_only(), run_backend(parse_backend(o->b), b, Pass::both, true);
+    for (auto [side, c, backend] : {std::tuple{&o->a, &a, a_backend}, std::tuple{&o->b, &b, b_backend}})
+      if (std::string at = backend ? c->first_nonfinite() : ""; !at.empty() && !o->allow_nonfinite)
+        fail(*side, ": the backend's outputs are not finite, first ", at, " (norm_eps = ", c->prob.norm_eps,
+             "; an all-zero token?); nothing to compare (--allow-nonfinite compares them anyway)");
     if (!o->tokens.empty())  // a backend side summed over the slice only: not comparable either
       for (Case* c : {&a, &b}) *c = c->token_slice(0, c->prob.T());
 

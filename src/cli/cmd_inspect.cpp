@@ -22,9 +22,11 @@ void add_inspect(CLI::App& app, int& rc) {
                 "nan", "inf");
     for (const DatasetInfo& d : datasets) {
       std::printf("%-22s %-16s %-9s", d.path.c_str(), shape_str(d.shape).c_str(), d.type.c_str());
-      if (d.is_float) {
-        Stats s = stats(d.values);
+      if (d.has_stats) {
+        const Stats& s = d.stats;
         std::printf(" %12.5g %12.5g %12.5g %8lld %8lld", s.min, s.max, s.mean, (long long)s.nan, (long long)s.inf);
+      } else if (d.is_float) {
+        std::printf("  (statistics skipped: more than %lld elements)", (long long)kInspectMaxElements);
       }
       std::printf("\n");
     }

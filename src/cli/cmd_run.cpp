@@ -22,7 +22,7 @@ void add_run(CLI::App& app, int& rc) {
       ->check(CLI::IsMember({"fp32", "fp64"}));
   sub->add_flag("--force", o->force, "replace an existing output file");
   sub->add_flag("--strict", o->strict, "inputs that need rounding to their dtype are an error");
-  sub->add_flag("--allow-nonfinite", o->allow_nonfinite, "accept NaN/Inf in inputs");
+  sub->add_flag("--allow-nonfinite", o->allow_nonfinite, "accept NaN/Inf in inputs and outputs");
   sub->add_flag("--dump-intermediates", o->dump, "cuda: also keep dvecX ([..,n,D] float32)");
   sub->add_flag("-q,--quiet", o->quiet, "no summary table");
   sub->add_option("in", o->in, "input HDF5 file (/inputs)")->required();
@@ -44,7 +44,10 @@ void add_run(CLI::App& app, int& rc) {
     auto t0 = std::chrono::steady_clock::now();
     run_backend(b, c, Pass::both, o->dump);
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    save_case(o->out, c);
+    if (std::string at = c.first_nonfinite(); !at.empty() && !o->allow_nonfinite)
+      fail(o->in, ": the operator's outputs are not finite, first ", at, " (norm_eps = ", c.prob.norm_eps,
+           "; an all-zero token?); nothing written; --allow-nonfinite writes them anyway");
+    save_case(o->out, c, o->force);
     if (!o->quiet) {
       std::printf("mhc run: %s on %s, %s, %s in %.1f ms -> %s\n", b.str().c_str(), backend_device(b).c_str(),
                   c.prob.str().c_str(), c.has_gradients() ? "forward + backward" : "forward only", ms,

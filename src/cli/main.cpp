@@ -4,6 +4,7 @@
 #include "backends.h"
 #include "commands.h"
 #include "error.h"
+#include "output_file.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"mhc: golden CPU backend, CUDA backend and stage-by-stage diff for the mHC pre operator"};
@@ -15,6 +16,7 @@ int main(int argc, char** argv) {
       "  mhc run --backend cpu in.h5 out.h5\n"
       "  mhc diff cpu cuda --input in.h5\n"
       "  mhc diff mine.h5 cpu");
+  mhc::remove_temp_on_signal();
   int rc = 0;
   mhc::add_gen(app, rc);
   mhc::add_run(app, rc);

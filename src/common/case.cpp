@@ -1,6 +1,7 @@
 #include "case.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace mhc {
 
@@ -22,6 +23,19 @@ Case Case::inputs_only() const {
   for (auto& [name, tensor] : t)
     if (stage(name).group == Group::inputs) c.t[name] = tensor;
   return c;
+}
+
+std::string Case::first_nonfinite() const {
+  for (const Stage& s : stage_table()) {
+    if (s.group == Group::inputs || !has(s.name)) continue;
+    const Tensor& x = get(s.name);
+    for (int64_t i = 0; i < x.size(); ++i)
+      if (!std::isfinite(x.at(i))) {
+        bool per_token = !s.dims.empty() && s.dims[0] == Dim::tok;
+        return cat(s.name, per_token ? cat(" at token ", i / (x.size() / prob.T())) : cat(" at element ", i));
+      }
+  }
+  return "";
 }
 
 Case Case::token_slice(int64_t t0, int64_t t1) const {

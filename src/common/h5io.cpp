@@ -9,6 +9,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 
@@ -43,11 +45,25 @@ H5::DataType mem_type(DType t) {
   return H5::PredType::NATIVE_DOUBLE;
 }
 
-bool link_exists(const H5::H5File& f, const std::string& path) {
+// The most specific message on HDF5's error stack ("required filter 'lzf' is not registered").
+std::string h5_cause() {
+  std::string msg;
+  auto walk = [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
+    if (n == 0 && e->desc) *static_cast<std::string*>(data) = e->desc;
+    return 0;
+  };
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk, &msg);
+  return msg.empty() ? "truncated or corrupt file?" : msg;
+}
+
+// False when a link on the path is absent; a failed lookup (corrupt file) is an error, never "absent".
+bool link_exists(const H5::H5File& f, const std::string& file, const std::string& path) {
   // check every component: H5Lexists fails on a missing intermediate group
   for (size_t pos = path.find('/', 1);; pos = path.find('/', pos + 1)) {
     std::string prefix = path.substr(0, pos);
-    if (H5Lexists(f.getId(), prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    htri_t e = H5Lexists(f.getId(), prefix.c_str(), H5P_DEFAULT);
+    if (e < 0) fail(file, ": ", prefix, ": cannot look up the link (", h5_cause(), ")");
+    if (e == 0) return false;
     if (pos == std::string::npos) return true;
   }
 }
@@ -63,12 +79,26 @@ const char* class_name(H5T_class_t c) {
   }
 }
 
-Shape dataset_shape(const H5::DataSet& ds) {
+
+// The dataset's shape, with its element count and bytes checked against overflow and the
+// memory limit before anything is allocated.
+Shape dataset_shape(const H5::DataSet& ds, const std::string& file, const std::string& path, bool whole = true) {
   H5::DataSpace sp = ds.getSpace();
+  if (sp.getSimpleExtentType() == H5S_NULL) fail(file, ": ", path, ": null dataspace (no elements), expected an array");
   int rank = sp.getSimpleExtentNdims();
+  if (rank < 0 || rank > 8) fail(file, ": ", path, ": rank ", rank, ", expected at most 8 dimensions");
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
   if (rank) sp.getSimpleExtentDims(dims.data());
-  return Shape(dims.begin(), dims.end());
+  Shape shape(dims.begin(), dims.end());
+  uint64_t count = 1;
+  for (hsize_t d : dims)
+    if (d > uint64_t(INT64_MAX) || __builtin_mul_overflow(count, uint64_t(d), &count) || count > uint64_t(INT64_MAX) / 8)
+      fail(file, ": ", path, ": declared shape ", shape_str(shape), " has more elements than can be addressed");
+  if (whole && count * 8 > memory_limit())
+    fail(file, ": ", path, ": declared shape ", shape_str(shape), " needs ", double(count * 8) / 1e9,
+         " GB as float64, more than the memory limit of ", double(memory_limit()) / 1e9,
+         " GB (MHC_MAX_MEMORY=BYTES to change it)");
+  return shape;
 }
 
 // The HDF5 float type's name: bfloat16, float16 (IEEE half), float32, float64, or floatN.
@@ -77,18 +107,36 @@ std::string float_type_name(const H5::FloatType& ft) {
   return cat("float", ft.getSize() * 8);
 }
 
+// Opens the dataset at path, naming the file, the path and the cause on failure.
+H5::DataSet open_dataset(const H5::H5File& f, const std::string& file, const std::string& path) {
+  H5O_info_t info;
+  if (H5Oget_info_by_name(f.getId(), path.c_str(), &info, H5P_DEFAULT) < 0)
+    fail(file, ": ", path, ": cannot open (", h5_cause(), ")");
+  if (info.type != H5O_TYPE_DATASET)
+    fail(file, ": ", path, ": is a ", info.type == H5O_TYPE_GROUP ? "group" : "named datatype", ", expected a dataset");
+  try {
+    return f.openDataSet(path);
+  } catch (const H5::Exception&) {
+    fail(file, ": ", path, ": cannot open (", h5_cause(), ")");
+  }
+}
+
 // Reads a float dataset keeping bf16/float32/float64; other float formats come as float64,
 // their type's name in *stored when given.
 Tensor read_float(const H5::H5File& f, const std::string& file, const std::string& path, std::string* stored = nullptr) {
-  H5::DataSet ds = f.openDataSet(path);
+  H5::DataSet ds = open_dataset(f, file, path);
   if (ds.getTypeClass() != H5T_FLOAT)
     fail(file, ": ", path, ": expected a floating-point dataset, found ", class_name(ds.getTypeClass()));
   H5::FloatType ft = ds.getFloatType();
   std::string name = float_type_name(ft);
   DType dt = name == "bfloat16" ? DType::bf16 : name == "float32" ? DType::f32 : DType::f64;
   if (stored && name != "bfloat16" && name != "float32" && name != "float64") *stored = name;
-  Tensor t(dataset_shape(ds), dt);
-  if (t.size()) ds.read(t.bytes.data(), mem_type(dt));
+  Tensor t(dataset_shape(ds, file, path), dt);
+  try {
+    if (t.size()) ds.read(t.bytes.data(), mem_type(dt));
+  } catch (const H5::Exception&) {
+    fail(file, ": ", path, ": cannot read (", h5_cause(), ")");
+  }
   return t;
 }
 
@@ -127,31 +175,42 @@ Tensor to_input_dtype(const Tensor& raw, DType want, const std::string& where, c
 
 double read_eps(const H5::Group& g, const char* name, double dflt, const std::string& where) {
   if (!g.attrExists(name)) return dflt;
+  H5::Attribute a = g.openAttribute(name);
+  H5::DataSpace sp = a.getSpace();
+  H5T_class_t cls = a.getTypeClass();
+  if ((cls != H5T_FLOAT && cls != H5T_INTEGER) || sp.getSimpleExtentType() == H5S_NULL || sp.getSimpleExtentNpoints() != 1)
+    fail(where, "attribute ", name, ": expected one number, found ", class_name(cls), " with ",
+         sp.getSimpleExtentType() == H5S_NULL ? 0 : sp.getSimpleExtentNpoints(), " elements");
   double v = 0;
-  g.openAttribute(name).read(H5::PredType::NATIVE_DOUBLE, &v);
+  a.read(H5::PredType::NATIVE_DOUBLE, &v);
   if (!std::isfinite(v) || v < 0) fail(where, "attribute ", name, " = ", v, ": expected a finite value >= 0");
   return v;
 }
 
 void load_inputs(const H5::H5File& f, const std::string& file, const LoadOptions& opt, Case& c) {
-  if (!link_exists(f, "/inputs"))
+  if (!link_exists(f, file, "/inputs"))
     fail(file, ": /inputs: missing group (expected an mhc case; see docs/schema.md)");
   auto where = [&](const Stage& s) { return cat(file, ": ", dataset_path(s), ": "); };
 
   const Stage& xs = stage("x");
-  if (!link_exists(f, dataset_path(xs))) fail(where(xs), "missing dataset (expected bfloat16 [T,n,D] or [B,S,n,D])");
+  if (!link_exists(f, file, dataset_path(xs)))
+    fail(where(xs), "missing dataset (expected bfloat16 [T,n,D] or [B,S,n,D])");
+  Shape xshape = dataset_shape(open_dataset(f, file, dataset_path(xs)), file, dataset_path(xs));
+  if (xshape.size() != 3 && xshape.size() != 4)
+    fail(where(xs), "expected rank 3 [T,n,D] or 4 [B,S,n,D], found ", shape_str(xshape));
+  if (numel(xshape) == 0) fail(where(xs), "zero-size dimension in ", shape_str(xshape));
+  c.prob.tokens.assign(xshape.begin(), xshape.end() - 2);
+  c.prob.n = xshape[xshape.size() - 2];
+  c.prob.D = xshape.back();
+  if (double need = case_bytes(c.prob) * opt.memory_factor; need > double(memory_limit()))
+    fail(file, ": ", c.prob.str(), " needs about ", need / 1e9, " GB for this command, more than the memory limit of ",
+         double(memory_limit()) / 1e9, " GB (MHC_MAX_MEMORY=BYTES to change it)");
   Tensor x = read_float(f, file, dataset_path(xs));
-  if (x.shape.size() != 3 && x.shape.size() != 4)
-    fail(where(xs), "expected rank 3 [T,n,D] or 4 [B,S,n,D], found ", shape_str(x.shape));
-  if (x.size() == 0) fail(where(xs), "zero-size dimension in ", shape_str(x.shape));
-  c.prob.tokens.assign(x.shape.begin(), x.shape.end() - 2);
-  c.prob.n = x.shape[x.shape.size() - 2];
-  c.prob.D = x.shape.back();
 
   for (const Stage& s : stage_table()) {
     if (s.group != Group::inputs) continue;
     Shape want = stage_shape(s, c.prob);
-    if (!link_exists(f, dataset_path(s))) {
+    if (!link_exists(f, file, dataset_path(s))) {
       if (s.name == std::string("gamma")) {
         Tensor ones(want, DType::f32);
         for (int64_t i = 0; i < ones.size(); ++i) ones.data<float>()[i] = 1.0f;
@@ -185,17 +244,32 @@ void load_inputs(const H5::H5File& f, const std::string& file, const LoadOptions
   c.prob.hc_eps = read_eps(g, "hc_eps", 1e-6, gw);
 }
 
-// The producer's string attributes on the root group (producer, version, backend, ...).
+// The producer's string attributes on the root group (producer, version, backend, ...);
+// anything but a single fixed or variable-length string is skipped, an empty one reads as "".
 std::map<std::string, std::string> read_root_attrs(const H5::H5File& f) {
   std::map<std::string, std::string> attrs;
   for (const char* key : {"producer", "version", "backend", "precision", "device"}) {
-    if (!f.attrExists(key)) continue;
-    H5::Attribute a = f.openAttribute(key);
-    if (a.getTypeClass() != H5T_STRING) continue;
-    std::string v;
-    a.read(a.getStrType(), v);
-    attrs[key] = v;
+    if (H5Aexists(f.getId(), key) <= 0) continue;
+    hid_t a = H5Aopen(f.getId(), key, H5P_DEFAULT), type = a < 0 ? -1 : H5Aget_type(a), space = a < 0 ? -1 : H5Aget_space(a);
+    bool one = space >= 0 && H5Sget_simple_extent_type(space) != H5S_NULL && H5Sget_simple_extent_npoints(space) == 1;
+    if (type >= 0 && one && H5Tget_class(type) == H5T_STRING) {
+      hid_t mem = H5Tcopy(H5T_C_S1);
+      if (H5Tis_variable_str(type) > 0) {
+        char* p = nullptr;
+        H5Tset_size(mem, H5T_VARIABLE);
+        if (H5Aread(a, mem, &p) >= 0 && p) attrs[key] = p;
+        if (p) H5free_memory(p);
+      } else if (size_t n = H5Tget_size(type); n > 0 && n <= 4096) {
+        std::string buf(n + 1, '\0');
+        H5Tset_size(mem, n + 1);
+        if (H5Aread(a, mem, buf.data()) >= 0) attrs[key] = buf.c_str();
+      }
+      H5Tclose(mem);
+    }
+    for (hid_t id : {space, type}) if (id >= 0) H5Idec_ref(id);
+    if (a >= 0) H5Aclose(a);
   }
+  H5Eclear2(H5E_DEFAULT);
   return attrs;
 }
 
@@ -215,22 +289,12 @@ void load_outputs(const H5::H5File& f, const std::string& file, Case& c) {
   c.attrs = read_root_attrs(f);
 }
 
-std::string parent_dir(const std::string& path) {
-  auto pos = path.rfind('/');
-  return pos == std::string::npos ? "." : pos == 0 ? "/" : path.substr(0, pos);
-}
-
-std::string temp_path(const std::string& path) {
-  auto pos = path.rfind('/');
-  std::string base = pos == std::string::npos ? path : path.substr(pos + 1);
-  return cat(parent_dir(path), "/.", base, ".tmp", getpid());
-}
-
 H5::H5File open_h5(const std::string& path) {
   H5::Exception::dontPrint();
   struct stat st;
   if (stat(path.c_str(), &st) != 0) fail(path, ": cannot open: ", std::strerror(errno));
   if (S_ISDIR(st.st_mode)) fail(path, ": is a directory, expected an HDF5 file");
+  if (!S_ISREG(st.st_mode)) fail(path, ": is not a regular file (a FIFO or device?), expected an HDF5 file");
   if (H5Fis_hdf5(path.c_str()) <= 0) fail(path, ": not an HDF5 file");
   try {
     return H5::H5File(path, H5F_ACC_RDONLY);
@@ -258,24 +322,6 @@ Case load_case(const std::string& path, const LoadOptions& opt, bool outputs) {
   return c;
 }
 
-void check_output_path(const std::string& out, const std::string& in, bool force) {
-  struct stat so, si;
-  if (stat(out.c_str(), &so) == 0) {
-    if (!in.empty() && stat(in.c_str(), &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
-      fail(out, ": output is the input file; refusing to overwrite it");
-    if (S_ISDIR(so.st_mode)) fail(out, ": is a directory, expected an output file name");
-    if (!force) fail(out, ": exists (use --force to replace it)");
-  }
-  std::string dir = parent_dir(out);
-  struct stat sd;
-  if (stat(dir.c_str(), &sd) != 0 || !S_ISDIR(sd.st_mode)) fail(out, ": directory ", dir, " does not exist");
-  std::string probe = temp_path(out);
-  int fd = open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
-  if (fd < 0) fail(out, ": cannot create files in ", dir, ": ", std::strerror(errno));
-  close(fd);
-  unlink(probe.c_str());
-}
-
 namespace {
 
 void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
@@ -290,35 +336,26 @@ void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
   if (t.size()) ds.write(t.bytes.data(), mem_type(t.dtype));
 }
 
-// Writes a new file through `fill` into a temporary file beside `path`, then renames it
-// into place: no partial output survives a failure.
-void write_atomically(const std::string& path, const std::function<void(H5::H5File&)>& fill) {
+// Writes a new HDF5 file through `fill` (an OutputFile: temporary file, then moved into place).
+void write_atomically(const std::string& path, bool replace, const std::function<void(H5::H5File&)>& fill) {
   H5::Exception::dontPrint();
-  std::string tmp = temp_path(path);
+  OutputFile out(path, replace);
   try {
-    H5::H5File f(tmp, H5F_ACC_TRUNC);
+    H5::H5File f(out.temp(), H5F_ACC_TRUNC);
     write_str_attr(f, "producer", "mhc");
     write_str_attr(f, "version", MHC_VERSION);
     fill(f);
     f.close();
   } catch (const H5::Exception& e) {
-    unlink(tmp.c_str());
-    fail(path, ": cannot write (", e.getFuncName(), ")");
-  } catch (...) {
-    unlink(tmp.c_str());
-    throw;
+    fail(path, ": cannot write (", h5_cause(), ")");
   }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    unlink(tmp.c_str());
-    fail(path, ": cannot rename temporary file into place: ", std::strerror(err));
-  }
+  out.commit();
 }
 
 }  // namespace
 
-void save_case(const std::string& path, const Case& c) {
-  write_atomically(path, [&](H5::H5File& f) {
+void save_case(const std::string& path, const Case& c, bool replace) {
+  write_atomically(path, replace, [&](H5::H5File& f) {
     for (auto& [k, v] : c.attrs)
       if (k != "producer" && k != "version") write_str_attr(f, k, v);
     int schema = MHC_SCHEMA_VERSION;
@@ -337,22 +374,45 @@ void save_case(const std::string& path, const Case& c) {
 }
 
 void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets) {
-  write_atomically(path, [&](H5::H5File& f) {
+  write_atomically(path, true, [&](H5::H5File& f) {
     for (auto& [name, t] : datasets) write_dataset(f, name, t);
   });
 }
 
 void save_text(const std::string& path, const std::string& text) {
-  std::string tmp = temp_path(path);
-  FILE* f = std::fopen(tmp.c_str(), "wb");
+  OutputFile out(path, true);
+  FILE* f = std::fopen(out.temp().c_str(), "wb");
   if (!f) fail(path, ": cannot write: ", std::strerror(errno));
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   ok = std::fclose(f) == 0 && ok;
-  if (!ok || rename(tmp.c_str(), path.c_str()) != 0) {
-    int err = errno;
-    unlink(tmp.c_str());
-    fail(path, ": cannot write: ", std::strerror(err));
+  if (!ok) fail(path, ": cannot write: ", std::strerror(errno));
+  out.commit();
+}
+
+// Statistics of a float dataset read in slabs of rows along its first dimension.
+Stats slab_stats(const H5::DataSet& ds, const Shape& shape, const std::string& file, const std::string& path) {
+  StatsAccumulator acc;
+  const int64_t rows = shape.empty() ? 1 : shape[0], per_row = rows ? numel(shape) / rows : 0;
+  const int64_t step = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(per_row, 1));
+  try {
+    H5::DataSpace file_space = ds.getSpace();
+    for (int64_t r0 = 0; r0 < rows && per_row; r0 += step) {
+      Shape slab = shape;
+      if (!slab.empty()) slab[0] = std::min(step, rows - r0);
+      Tensor t(slab, DType::f64);
+      std::vector<hsize_t> start(shape.size(), 0), count(slab.begin(), slab.end());
+      if (!shape.empty()) {
+        start[0] = hsize_t(r0);
+        file_space.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
+      }
+      H5::DataSpace mem(int(count.size()), count.data());
+      ds.read(t.bytes.data(), H5::PredType::NATIVE_DOUBLE, shape.empty() ? H5::DataSpace(H5S_SCALAR) : mem, file_space);
+      acc.add(t);
+    }
+  } catch (const H5::Exception&) {
+    fail(file, ": ", path, ": cannot read (", h5_cause(), ")");
   }
+  return acc.result();
 }
 
 std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::string, std::string>* attrs) {
@@ -361,23 +421,42 @@ std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::st
   try {
     if (attrs) *attrs = read_root_attrs(f);
     for (auto& n : dataset_paths(f, path)) {
-      H5::DataSet ds = f.openDataSet(n);
+      H5::DataSet ds = open_dataset(f, path, n);
       DatasetInfo d;
       d.path = n;
-      d.shape = dataset_shape(ds);
+      d.shape = dataset_shape(ds, path, n, false);
       d.is_float = ds.getTypeClass() == H5T_FLOAT;
       if (d.is_float) {
-        d.values = read_float(f, path, n);
         d.type = float_type_name(ds.getFloatType());
+        d.has_stats = numel(d.shape) <= kInspectMaxElements;
+        if (d.has_stats) d.stats = slab_stats(ds, d.shape, path, n);
       } else {
         d.type = class_name(ds.getTypeClass());
       }
       out.push_back(std::move(d));
     }
   } catch (const H5::Exception& e) {
-    fail(path, ": read error in ", e.getFuncName(), " (truncated or corrupt file?)");
+    fail(path, ": read error in ", e.getFuncName(), " (", h5_cause(), ")");
   }
   return out;
+}
+
+uint64_t memory_limit() {
+  static const uint64_t limit = [] {
+    if (const char* env = std::getenv("MHC_MAX_MEMORY")) {
+      char* end = nullptr;
+      unsigned long long v = std::strtoull(env, &end, 10);
+      if (end && *end == '\0' && v > 0) return uint64_t(v);
+      fail("MHC_MAX_MEMORY=", env, ": expected a number of bytes");
+    }
+    std::ifstream f("/proc/meminfo");
+    std::string key;
+    uint64_t kb = 0;
+    while (f >> key >> kb)
+      if (key == "MemAvailable:") return kb * 1024;
+    return uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+  }();
+  return limit;
 }
 
 }  // namespace mhc

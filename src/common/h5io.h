@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "case.h"
+#include "output_file.h"
+#include "stats.h"
 
 namespace mhc {
 
@@ -15,18 +17,20 @@ struct LoadOptions {
   bool strict = false;           // values that need rounding to the input dtype are an error
   bool allow_nonfinite = false;  // NaN/Inf in inputs are an error unless set
   bool quiet = false;            // no rounding warnings on stderr
+  double memory_factor = 2;      // copies of the whole case the command holds (diff: more)
 };
+
+// Bytes mhc may allocate: MHC_MAX_MEMORY if set, else the machine's available memory.
+// Cases and datasets that would need more are refused before anything is allocated.
+uint64_t memory_limit();
 
 // Reads /inputs (validated against the stage table) and, when `outputs`, every
 // /forward and /backward dataset present, kept in its stored dtype and shape.
 Case load_case(const std::string& path, const LoadOptions& opt, bool outputs);
 
-// Refuses an output path that is the input, exists (unless force), or cannot be
-// created; probes by creating and removing a file in the target directory.
-void check_output_path(const std::string& out, const std::string& in, bool force);
-
-// Writes the case atomically (temporary file + rename).
-void save_case(const std::string& path, const Case& c);
+// Writes the case atomically: a temporary file beside path, then renamed into place;
+// without `replace`, linked into place so that of two racing writers exactly one wins.
+void save_case(const std::string& path, const Case& c, bool replace = true);
 
 // Writes datasets ("/group/name" -> tensor) to a new file, atomically like save_case.
 void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets);
@@ -39,8 +43,10 @@ struct DatasetInfo {
   std::string path, type;
   Shape shape;
   bool is_float = false;
-  Tensor values;  // read as float64 when is_float
+  bool has_stats = false;  // float datasets up to kInspectMaxElements, read in slabs
+  Stats stats;
 };
+constexpr int64_t kInspectMaxElements = int64_t(1) << 30;
 // Every dataset of any HDF5 file; `attrs`, when given, receives the root's string attributes.
 std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::string, std::string>* attrs = nullptr);
 

@@ -104,6 +104,17 @@ std::string stage_shape_str(const Stage& s) {
   return r + "]";
 }
 
+double case_bytes(const Problem& p) {
+  double bytes = 0;
+  for (auto& s : stage_table()) {
+    double n = double(s.dtype == DType::bf16 ? 2 : 4);
+    for (Dim d : s.dims) n *= d == Dim::tok ? double(p.T()) : d == Dim::n ? double(p.n) : d == Dim::d ? double(p.D)
+                            : d == Dim::nmix ? double(p.N()) : d == Dim::k ? double(p.K()) : 3.0;
+    bytes += n;
+  }
+  return bytes;
+}
+
 std::string dataset_path(const Stage& s) { return cat("/", group_name(s.group), "/", s.name); }
 
 DType stored_dtype(const Stage& s, Precision prec) {

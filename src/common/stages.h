@@ -36,6 +36,9 @@ std::string suggest_stage(const std::string& path);
 
 Shape stage_shape(const Stage& s, const Problem& p);
 std::string stage_shape_str(const Stage& s);        // "[..,n,D]" symbolic
+// Bytes of every stage of a case at fp32 (inputs, forward and backward): the case's size in memory.
+double case_bytes(const Problem& p);
+
 std::string dataset_path(const Stage& s);           // "/forward/h_mix"
 DType stored_dtype(const Stage& s, Precision prec);
 

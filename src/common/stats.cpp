@@ -5,32 +5,39 @@
 
 namespace mhc {
 
-Stats stats(const Tensor& t) {
-  Stats s;
-  s.min = std::numeric_limits<double>::infinity();
-  s.max = -s.min;
-  double sum = 0, sq = 0;
+void StatsAccumulator::add(const Tensor& t) {
+  if (s_.finite + s_.nan + s_.inf == 0) s_.min = std::numeric_limits<double>::infinity(), s_.max = -s_.min;
   for (int64_t i = 0; i < t.size(); ++i) {
     double v = t.at(i);
     if (std::isnan(v)) {
-      ++s.nan;
+      ++s_.nan;
     } else if (std::isinf(v)) {
-      ++s.inf;
+      ++s_.inf;
     } else {
-      ++s.finite;
-      s.min = std::min(s.min, v);
-      s.max = std::max(s.max, v);
-      sum += v;
-      sq += v * v;
+      ++s_.finite;
+      s_.min = std::min(s_.min, v);
+      s_.max = std::max(s_.max, v);
+      sum_ += v;
+      sq_ += v * v;
     }
   }
+}
+
+Stats StatsAccumulator::result() const {
+  Stats s = s_;
   if (s.finite) {
-    s.mean = sum / double(s.finite);
-    s.rms = std::sqrt(sq / double(s.finite));
+    s.mean = sum_ / double(s.finite);
+    s.rms = std::sqrt(sq_ / double(s.finite));
   } else {
     s.min = s.max = std::numeric_limits<double>::quiet_NaN();
   }
   return s;
+}
+
+Stats stats(const Tensor& t) {
+  StatsAccumulator a;
+  a.add(t);
+  return a.result();
 }
 
 }  // namespace mhc

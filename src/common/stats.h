@@ -10,4 +10,14 @@ struct Stats {
 };
 Stats stats(const Tensor& t);
 
+// Accumulates slabs of one tensor (inspect reads large datasets in pieces).
+struct StatsAccumulator {
+  void add(const Tensor& slab);
+  Stats result() const;
+
+ private:
+  Stats s_;
+  double sum_ = 0, sq_ = 0;
+};
+
 }  // namespace mhc

@@ -1,0 +1,102 @@
+#include "output_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+
+#include "error.h"
+
+namespace mhc {
+namespace {
+
+// The temporary file being written, for the signal handler (one output at a time).
+char g_temp[4096];
+volatile sig_atomic_t g_have_temp = 0;
+
+void on_signal(int sig) {
+  if (g_have_temp) unlink(g_temp);
+  _exit(128 + sig);
+}
+
+std::string parent_dir(const std::string& path) {
+  auto pos = path.rfind('/');
+  return pos == std::string::npos ? "." : pos == 0 ? "/" : path.substr(0, pos);
+}
+
+std::string temp_path(const std::string& path) {
+  auto pos = path.rfind('/');
+  std::string base = pos == std::string::npos ? path : path.substr(pos + 1);
+  return cat(parent_dir(path), "/.", base, ".tmp", getpid());
+}
+
+void refuse_special(const std::string& out) {
+  struct stat so;
+  if (lstat(out.c_str(), &so) != 0) return;
+  if (S_ISDIR(so.st_mode)) fail(out, ": is a directory, expected an output file name");
+  if (!S_ISREG(so.st_mode) && !S_ISLNK(so.st_mode))
+    fail(out, ": exists and is not a regular file (a device, FIFO or socket); refusing to replace it");
+}
+
+}  // namespace
+
+void check_output_path(const std::string& out, const std::string& in, bool force) {
+  struct stat so, si;
+  if (stat(out.c_str(), &so) == 0) {
+    if (!in.empty() && stat(in.c_str(), &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
+      fail(out, ": output is the input file; refusing to overwrite it");
+    refuse_special(out);
+    if (!S_ISREG(so.st_mode)) fail(out, ": exists and is not a regular file; refusing to replace it");
+    if (!force) fail(out, ": exists (use --force to replace it)");
+  }
+  std::string dir = parent_dir(out);
+  struct stat sd;
+  if (stat(dir.c_str(), &sd) != 0 || !S_ISDIR(sd.st_mode)) fail(out, ": directory ", dir, " does not exist");
+  std::string probe = temp_path(out);
+  int fd = open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
+  if (fd < 0) fail(out, ": cannot create files in ", dir, ": ", std::strerror(errno));
+  close(fd);
+  unlink(probe.c_str());
+}
+
+OutputFile::OutputFile(const std::string& path, bool replace) : path_(path), temp_(temp_path(path)), replace_(replace) {
+  MHC_CHECK(temp_.size() < sizeof g_temp && !g_have_temp, "one output at a time");
+  std::memcpy(g_temp, temp_.c_str(), temp_.size() + 1);
+  g_have_temp = 1;
+}
+
+OutputFile::~OutputFile() {
+  if (!committed_) unlink(temp_.c_str());
+  g_have_temp = 0;
+}
+
+void OutputFile::commit() {
+  refuse_special(path_);
+  int rc;
+  if (replace_) {
+    rc = rename(temp_.c_str(), path_.c_str());
+  } else {
+    // no clobber: link() fails with EEXIST if another writer got there first
+    rc = link(temp_.c_str(), path_.c_str());
+    if (rc != 0 && (errno == EPERM || errno == EOPNOTSUPP))
+      rc = int(syscall(SYS_renameat2, AT_FDCWD, temp_.c_str(), AT_FDCWD, path_.c_str(), 1 /* RENAME_NOREPLACE */));
+    if (rc != 0 && errno == EEXIST) fail(path_, ": exists (created meanwhile by another process?); use --force to replace it");
+  }
+  if (rc != 0) fail(path_, ": cannot move the finished file into place: ", std::strerror(errno));
+  if (!replace_) unlink(temp_.c_str());  // after link(); a no-op after renameat2
+  committed_ = true;
+}
+
+void remove_temp_on_signal() {
+  struct sigaction sa{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+}  // namespace mhc

@@ -1,0 +1,407 @@
+#!/usr/bin/env python3
+"""verdicts.py — end-to-end test of `mhc diff` on dumps written by an independent kernel.
+
+    /usr/bin/python3 tests/indep/verdicts.py MHC_BINARY WORKDIR [--quick] [--seed S] [--only TEXT] [--keep]
+
+For every case it generates inputs (`MHC_BINARY gen`), runs tests/indep/kernel.py on them
+(clean in every summation order, TF32/bf16 GEMMs, one planted bug, or a format mistake),
+runs `MHC_BINARY diff OUT.h5 REF --json` and checks the exit status and the JSON report
+(schema 2: verdict, accept, first_divergent, root_causes, stages[].status/class/where/
+rounding) against the verdict the diff must give. Prints one line per case, `ok` or
+`FAIL` and why, then `N passed, M failed`; exits 1 if any case failed.
+
+--quick runs a subset (< 2 minutes); --seed fixes the seeds (default: fresh, printed);
+--only runs the cases whose name contains TEXT. Files are written in WORKDIR and deleted
+once no later case needs them, except those of a failed case (--keep keeps all).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KERNEL = os.path.join(HERE, "kernel.py")
+PYTHON = sys.executable
+TIMEOUT_S = 300
+ORDERS = ["seq", "tile64", "tile256", "splitk", "blas"]
+CLEAN_SHAPES = ["256,4,1024", "1024,4,4096", "2048,4,2560", "512,6,1024", "512,8,512", "2,128,4,512"]
+QUICK_CLEAN = [("256,4,1024", "seq"), ("512,6,1024", "splitk"), ("512,8,512", "blas"),
+               ("2,128,4,512", "tile64"), ("256,4,1024", "tile256")]
+BUG_SHAPE = "1024,4,1000"  # T = 1024 (late_tokens), K % 64 = 32 (tail_tile)
+TIES_SHAPE = "2048,4,4096"  # enough exact bf16 ties in h_in for halfup/double rounding
+FORMAT_SHAPE = "256,4,256"
+FORWARD = ["inv_rms", "h_mix", "h_pre", "h_post", "h_res", "h_in"]
+DOWNSTREAM_OF_H_PRE = ["h_in", "dh_mix", "dinv_rms", "dvecX", "dx", "dphi", "dalpha", "dbias", "dgamma"]
+
+
+@dataclass
+class Case:
+    name: str
+    shape: str  # mhc gen --shape
+    kernel: list  # kernel.py options
+    ref: str = "cpu"  # B side of the diff
+    diff: list = field(default_factory=list)  # more diff options
+    checks: list = field(default_factory=list)  # callables (rc, report) -> problem or None
+    other_input: bool = False  # diff with --input of another seed's case
+
+
+# ---------------------------------------------------------------- checks: (rc, report) -> problem | None
+
+def stage_of(report, name):
+    for s in report.get("stages") or []:
+        if isinstance(s, dict) and s.get("name") == name:
+            return s
+    return None
+
+
+def needs_report(check):
+    """Wraps a check that reads the JSON: a missing report is a problem, not an exception."""
+    def wrapped(rc, report):
+        if report is None:
+            return "no JSON report on stdout"
+        try:
+            return check(report)
+        except (KeyError, TypeError, IndexError, ValueError, AttributeError) as e:
+            return f"malformed report ({type(e).__name__}: {e})"
+    wrapped.__name__ = getattr(check, "__name__", "check")
+    return wrapped
+
+
+def exit_is(code):
+    return lambda rc, report: None if rc == code else f"exit status {rc}, want {code}"
+
+
+def field_is(key, want):
+    return needs_report(lambda r: None if r.get(key) == want else f"{key} is {r.get(key)!r}, want {want!r}")
+
+
+def first_is(stage):
+    return field_is("first_divergent", stage)
+
+
+def root_has(stage):
+    def check(r):
+        roots = r.get("root_causes")
+        return None if isinstance(roots, list) and stage in roots else f"root_causes {roots!r} lack {stage!r}"
+    return needs_report(check)
+
+
+def stage_is(stage, key, want):
+    """stages[stage][key] == want (want may be a tuple of allowed values)."""
+    allowed = want if isinstance(want, tuple) else (want,)
+
+    def check(r):
+        s = stage_of(r, stage)
+        if s is None:
+            return f"no stage entry {stage!r}"
+        return None if s.get(key) in allowed else f"{stage}.{key} is {s.get(key)!r}, want {' or '.join(map(repr, allowed))}"
+    return needs_report(check)
+
+
+def none_diverged_but(stage):
+    def check(r):
+        bad = [s.get("name") for s in r.get("stages") or [] if s.get("status") == "diverged" and s.get("name") != stage]
+        return f"also diverged (not inherited): {', '.join(bad)}" if bad else None
+    return needs_report(check)
+
+
+def some_stage(status, mentions):
+    """Some stage entry has this status and its hint or note mentions `mentions`."""
+    def check(r):
+        for s in r.get("stages") or []:
+            text = f"{s.get('hint') or ''} {s.get('note') or ''}"
+            if s.get("status") == status and mentions in text:
+                return None
+        return f"no stage with status {status!r} whose hint/note mentions {mentions!r}"
+    return needs_report(check)
+
+
+def where_axis(report, stage, axis):
+    s = stage_of(report, stage)
+    if s is None:
+        return None, f"no stage entry {stage!r}"
+    for w in s.get("where") or []:
+        if w.get("axis") == axis:
+            return w, None
+    return None, f"{stage}.where has no axis {axis!r} (where = {s.get('where')!r})"
+
+
+def covered(ranges):  # [[lo,hi],...] inclusive -> set of indices
+    return {i for lo, hi in ranges for i in range(int(lo), int(hi) + 1)}
+
+
+def where_ranges(stage, axis, want):
+    def check(r):
+        w, problem = where_axis(r, stage, axis)
+        if problem:
+            return problem
+        return None if [list(x) for x in w["ranges"]] == want else f"{stage}.where[{axis}] ranges {w['ranges']}, want {want}"
+    return needs_report(check)
+
+
+def where_covers_all(stage, axis, size):
+    def check(r):
+        w, problem = where_axis(r, stage, axis)
+        if problem:
+            return problem
+        missing = set(range(size)) - covered(w["ranges"])
+        return f"{stage}.where[{axis}] misses {len(missing)} of {size}" if missing else None
+    return needs_report(check)
+
+
+def where_res_offdiagonal(stage, n):
+    """where on axis N names only h_res columns (>= 2n), none on the diagonal."""
+    diagonal = {2 * n + i * n + i for i in range(n)}
+
+    def check(r):
+        w, problem = where_axis(r, stage, "N")
+        if problem:
+            return problem
+        cols = covered(w["ranges"])
+        if not cols:
+            return f"{stage}.where[N] is empty"
+        wrong = sorted(c for c in cols if c < 2 * n or c in diagonal)
+        return f"{stage}.where[N] names columns {wrong} (want only off-diagonal h_res columns)" if wrong else None
+    return needs_report(check)
+
+
+def rounding_reason_has(stage, text):
+    def check(r):
+        s = stage_of(r, stage)
+        reason = ((s or {}).get("rounding") or {}).get("reason")
+        return None if reason and text in reason.lower() else f"{stage}.rounding.reason is {reason!r}, want it to mention {text!r}"
+    return needs_report(check)
+
+
+def contract(rc, report):
+    """Every JSON report: schema 2, and the verdict agrees with the exit status."""
+    if report is None:
+        return None
+    want = {0: "match", 1: "diverged", 2: "invalid"}.get(rc)
+    if report.get("schema") != 2:
+        return f"schema is {report.get('schema')!r}, want 2"
+    if want and report.get("verdict") != want:
+        return f"verdict {report.get('verdict')!r} with exit status {rc}"
+    return None
+
+
+# ---------------------------------------------------------------- the cases
+
+def clean_cases(quick):
+    pairs = QUICK_CLEAN if quick else [(s, o) for s in CLEAN_SHAPES for o in ORDERS]
+    return [Case(f"clean {o} {s} vs {ref}", s, ["--order", o], ref=ref,
+                 checks=[exit_is(0), field_is("verdict", "match")])
+            for s, o in pairs for ref in ("cpu", "cpu:fp64")]
+
+
+def gemm_cases():
+    s, cases = "512,4,1024", []
+    for gemm in ("tf32", "bf16"):
+        k = ["--order", "tile64", "--gemm", gemm]
+        cases.append(Case(f"gemm {gemm} {s}, default accept", s, k,
+                          checks=[exit_is(1), stage_is("h_mix", "class", gemm)]))
+        cases.append(Case(f"gemm {gemm} {s}, --accept {gemm}", s, k, diff=["--accept", gemm],
+                          checks=[exit_is(0), field_is("accept", gemm), stage_is("h_mix", "class", gemm)]))
+    return cases
+
+
+def bug_cases(quick):
+    T = int(BUG_SHAPE.split(",")[0])
+    n = int(BUG_SHAPE.split(",")[1])
+    extra = {
+        "tail_tile": [where_covers_all("h_mix", "token", T)],
+        "late_tokens": [where_ranges("h_pre", "token", [[256, T - 1]]), stage_is("h_in", "status", "inherited"),
+                        none_diverged_but("h_pre")],
+        "dh_res_T": [where_res_offdiagonal("dh_mix", n)],
+        "trunc_h_in": [rounding_reason_has("h_in", "trunc")],
+        "halfup_h_in": [stage_is("h_in", "status", "diverged")],
+        "double_h_in": [stage_is("h_in", "status", "diverged")],
+    }
+    root = {"tail_tile": "h_mix", "gamma_fwd": "h_mix", "late_tokens": "h_pre", "dh_res_T": "dh_mix",
+            "trunc_h_in": "h_in", "halfup_h_in": "h_in", "double_h_in": "h_in", "dphi_half": "dphi",
+            "dx_no_hpre": "dx", "rms_over_D": "inv_rms", "dalpha_sign": "dalpha"}
+    cases = []
+    for i, (bug, stage) in enumerate(root.items()):
+        ties = bug in ("halfup_h_in", "double_h_in")
+        if quick and ties:
+            continue
+        shape, order = (TIES_SHAPE if ties else BUG_SHAPE), ORDERS[i % len(ORDERS)]
+        cases.append(Case(f"bug {bug} ({order}) {shape}", shape, ["--order", order, "--bug", bug],
+                          checks=[exit_is(1), field_is("verdict", "diverged"), first_is(stage), root_has(stage)]
+                          + extra.get(bug, [])))
+    return cases
+
+
+def format_cases():
+    s = FORMAT_SHAPE
+    return [
+        Case("format: h_mix renamed hmix", s, ["--rename", "h_mix=hmix"],
+             checks=[exit_is(2), some_stage("unknown", "h_mix")]),
+        Case("format: h_mix stored as float16", s, ["--dtype-override", "h_mix=float16"],
+             checks=[exit_is(2), stage_is("h_mix", "status", "format")]),
+        Case("format: dh_mix flattened to 1-D", s, ["--reshape", "dh_mix"],
+             checks=[exit_is(2), stage_is("dh_mix", "status", "format")]),
+        Case("format: only /inputs", s, ["--stages", "none"], checks=[exit_is(2)]),
+        Case("format: forward only, --require all", s, ["--stages", "forward"], diff=["--require", "all"],
+             checks=[exit_is(1)]),
+        Case("format: --input of another seed", s, [], other_input=True, checks=[exit_is(2)]),
+    ]
+
+
+def all_cases(quick):
+    return clean_cases(quick) + gemm_cases() + bug_cases(quick) + format_cases()
+
+
+# ---------------------------------------------------------------- running
+
+def run(cmd):
+    """(exit status, stdout, stderr) of cmd; a timeout or a missing program is status None."""
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S)
+        return p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired:
+        return None, "", f"timed out after {TIMEOUT_S} s: {' '.join(cmd)}"
+    except OSError as e:
+        return None, "", f"cannot run {cmd[0]}: {e}"
+
+
+def last_line(text):
+    lines = [l for l in text.strip().splitlines() if l.strip()]
+    return lines[-1] if lines else "(no output)"
+
+
+class Runner:
+    """Generates inputs and kernel dumps once each (cached by shape, seed and options)."""
+
+    def __init__(self, mhc, workdir, seed):
+        self.mhc, self.workdir, self.seed = mhc, workdir, seed
+        shapes = list(dict.fromkeys(c.shape for c in all_cases(quick=False)))
+        self.shape_seed = {s: seed + i for i, s in enumerate(shapes)}  # the same with --quick/--only
+        self.files = {}
+
+    def seed_of(self, shape):
+        return self.shape_seed[shape]
+
+    def make(self, key, path, cmd):
+        """Runs cmd to make path unless done; returns (path, problem)."""
+        if key not in self.files:
+            rc, out, err = run(cmd)
+            what = "kernel.py" if cmd[0] == PYTHON else f"mhc {cmd[1]}"
+            ok = rc == 0 and os.path.exists(path)
+            self.files[key] = (path, None if ok else f"{what} failed (status {rc}): {last_line(err or out)}")
+        return self.files[key]
+
+    def inputs(self, shape, seed):
+        path = os.path.join(self.workdir, f"in_{shape.replace(',', 'x')}_s{seed}.h5")
+        if os.path.exists(path) and (shape, seed) not in self.files:
+            os.remove(path)  # mhc gen refuses to overwrite
+        return self.make((shape, seed), path, [self.mhc, "gen", "--shape", shape, "--seed", str(seed), path])
+
+    def dump(self, shape, kernel_args):
+        inp, problem = self.inputs(shape, self.seed_of(shape))
+        if problem:
+            return None, problem
+        tag = "_".join(a.strip("-").replace("=", "-").replace(",", "-") for a in kernel_args) or "clean"
+        path = os.path.join(self.workdir, f"out_{shape.replace(',', 'x')}_{tag}.h5")
+        return self.make((shape, tuple(kernel_args)), path, [PYTHON, KERNEL, inp, path, *kernel_args])
+
+    def case_keys(self, case):
+        """Keys of the files a case uses: its dump, its inputs (and the other seed's)."""
+        seed = self.seed_of(case.shape)
+        return [(case.shape, tuple(case.kernel)), (case.shape, seed), (case.shape, seed + 1000)]
+
+    def release(self, keys, keep):
+        """Deletes the files of these keys, except paths in keep."""
+        for key in keys:
+            path, _ = self.files.pop(key, (None, None))
+            if path and path not in keep and os.path.exists(path):
+                os.remove(path)
+
+    def diff(self, case, out):
+        """Runs the case's diff on dump `out`: (status, report, problem, command, stderr)."""
+        cmd = [self.mhc, "diff", out, case.ref, "--json", *case.diff]
+        if case.other_input:
+            other, problem = self.inputs(case.shape, self.seed_of(case.shape) + 1000)
+            if problem:
+                return None, None, problem, cmd, ""
+            cmd += ["--input", other]
+        rc, stdout, stderr = run(cmd)
+        if rc is None:
+            return None, None, stderr, cmd, stderr
+        try:
+            report = json.loads(stdout) if stdout.strip() else None
+        except json.JSONDecodeError as e:
+            return rc, None, f"stdout is not JSON ({e}): {stdout[:120]!r}", cmd, stderr
+        if report is not None and not isinstance(report, dict):
+            return rc, None, "JSON report is not an object", cmd, stderr
+        return rc, report, None, cmd, stderr
+
+
+def run_case(runner, case):
+    """Returns the list of problems of one case (empty: it passed)."""
+    out, problem = runner.dump(case.shape, case.kernel)
+    if problem:
+        return [problem], None
+    rc, report, problem, cmd, stderr = runner.diff(case, out)
+    if problem:
+        return [problem], cmd
+    problems = list(dict.fromkeys(p for p in (check(rc, report) for check in [contract] + case.checks) if p))
+    if problems and report is not None and report.get("summary"):
+        problems.append(f"summary: {report['summary']}")
+    if problems and report is None and stderr.strip():
+        problems.append(f"stderr: {last_line(stderr)}")
+    return problems, cmd
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description="mhc diff verdicts on an independent kernel's dumps")
+    p.add_argument("mhc")
+    p.add_argument("workdir")
+    p.add_argument("--quick", action="store_true", help="a subset that runs in under 2 minutes")
+    p.add_argument("--seed", type=int, default=None, help="first seed (default: fresh)")
+    p.add_argument("--only", default="", help="run only the cases whose name contains this")
+    p.add_argument("--keep", action="store_true", help="keep every file (default: only a failed case's)")
+    return p.parse_args(argv)
+
+
+def result_line(runner, case, problems, cmd, seconds):
+    seed = f"seed {runner.seed_of(case.shape)}"
+    if not problems:
+        return f"ok   {case.name} ({seed}, {seconds:.1f} s)"
+    where = f"  [{' '.join(cmd[1:])}]" if cmd else ""
+    return f"FAIL {case.name} ({seed}): {'; '.join(problems)}{where}"
+
+
+def main(argv):
+    args = parse_args(argv)
+    os.makedirs(args.workdir, exist_ok=True)
+    seed = args.seed if args.seed is not None else int(time.time()) % 1_000_000
+    print(f"verdicts: {args.mhc}, seeds from {seed} (rerun with --seed {seed}), files in {args.workdir}", flush=True)
+    runner = Runner(args.mhc, args.workdir, seed)
+    cases = [c for c in all_cases(args.quick) if args.only in c.name]
+    if not cases:
+        print(f"no case name contains {args.only!r}")
+        return 2
+    uses = Counter(key for case in cases for key in runner.case_keys(case))
+    keep, failed, start = set(), 0, time.time()  # keep: files of failed cases, to reproduce them
+    for case in cases:
+        t0 = time.time()
+        problems, cmd = run_case(runner, case)
+        print(result_line(runner, case, problems, cmd, time.time() - t0), flush=True)
+        keys = runner.case_keys(case)
+        if problems:
+            failed += 1
+            keep |= {runner.files[k][0] for k in keys if k in runner.files}
+        uses.subtract(keys)
+        if not args.keep:
+            runner.release([k for k in keys if uses[k] == 0], keep)
+    print(f"{len(cases) - failed} passed, {failed} failed ({time.time() - start:.0f} s)")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
