@@ -1,6 +1,8 @@
 #!/bin/bash
 # device_run.sh — on a GPU machine: build with CUDA, run the whole test suite (GPU tests
 # included), then benchmark. Logs go to $OUT (or ./device-out). Usage: bash bench/device_run.sh
+# Exit status: non-zero when the build or any test fails (the benchmarks still run after a
+# test failure, so that one call yields both).
 set -uo pipefail
 out=${OUT:-device-out}
 mkdir -p "$out"
@@ -9,12 +11,16 @@ cmake -S . -B build-gpu -DCMAKE_BUILD_TYPE=Release -DMHC_CUDA=ON -DCMAKE_CUDA_AR
   > "$out/configure.log" 2>&1 || { tail -30 "$out/configure.log"; exit 1; }
 cmake --build build-gpu -j"$(nproc)" > "$out/build.log" 2>&1 || { grep -E "error" -A5 "$out/build.log" | head -60; exit 1; }
 build-gpu/mhc --version
-(cd build-gpu && ctest --output-on-failure -j1 ${CTEST_ARGS:-}) 2>&1 | tee "$out/ctest.log" | tail -40
+(cd build-gpu && ctest --output-on-failure -j"${CTEST_JOBS:-4}" ${CTEST_ARGS:-}) > "$out/ctest.log" 2>&1
+tests=$?
+tail -40 "$out/ctest.log"
 for shape in ${SHAPES:-4096,4,2560 16384,4,4096 65536,4,2560 4096,8,4096}; do
   for pass in fwd bwd both; do
     build-gpu/mhc bench --backend cuda --shape "$shape" --pass $pass --repeat 20 --warmup 3 --json
   done
-done 2>&1 | tee "$out/bench.jsonl"
+done > "$out/bench.jsonl" 2> "$out/bench.err"
+bench=$?
+cat "$out/bench.jsonl"
 # per-kernel times (Nsight Compute), when asked: PROFILE=16384,4,4096
 if [ -n "${PROFILE:-}" ]; then
   ncu --clock-control none --metrics gpu__time_duration.sum build-gpu/mhc bench --backend cuda \
@@ -22,3 +28,5 @@ if [ -n "${PROFILE:-}" ]; then
   grep -E "forward_kernel|token_grads|dx_kernel|param_|reduce_cols|gpu__time_duration" "$out/ncu.txt" | paste - - |
     sed -E 's/.*(forward_kernel|token_grads|dx_kernel|param_partial|param_final|reduce_cols).*duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/'
 fi
+echo "device_run: tests exit $tests, bench exit $bench"
+[ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]

@@ -105,7 +105,7 @@ TEST_SUITE("hostile") {
 
   TEST_CASE("SIGTERM and SIGINT during a run remove the temporary file and exit 128+signal") {
     Hostile h("signal");
-    save_case(h.in, generate_case(parse_shape("2048,4,1024"), 4, true));
+    save_case(h.in, generate_case(parse_shape("4096,4,2048"), 4, true));
     for (int sig : {SIGTERM, SIGINT}) {
       auto r = test::sh(test::mhc("run -q " + h.in + " " + h.out) + " & p=$!; sleep 0.4; kill -" + std::to_string(sig) +
                         " $p; wait $p; echo $?");
