@@ -62,7 +62,7 @@ std::string report_table(const DiffReport& r, bool colour) {
     out += buf;
   }
   for (const StageReport& s : r.stages) {
-    if (!s.where.empty())
+    if (!s.where.empty() && s.status == Status::diverged)  // root causes; --json has every stage's
       out += cat("  ", s.name, ": ", s.pattern, "; first mismatch at ", index_str(s.first_mismatch), "\n");
     if (!s.rounding.reason.empty()) out += cat("  ", s.name, " rounding: ", s.rounding.reason, "\n");
   }
