@@ -3,6 +3,9 @@
 #pragma once
 #include <sys/wait.h>
 
+#include <doctest/doctest.h>
+
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -69,6 +72,24 @@ inline Case golden(const Problem& p, uint64_t seed, Precision prec = Precision::
   Case c = generate_case(p, seed, grads);
   cpu_run(c, prec);
   return c;
+}
+
+// Runs mhc with `args` and expects a user error: status 2, one line "mhc: error: ..." that
+// contains each of `what`, no `out` created, `in` unchanged, no temporary file in `dir`.
+inline void expect_error(const std::string& args, const std::vector<std::string>& what, const std::string& dir,
+                         const std::string& in, const std::string& out) {
+  std::string before = read_bytes(in);
+  auto r = sh(mhc(args));
+  CAPTURE(args);
+  CAPTURE(r.err);
+  CHECK(r.rc == 2);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  CHECK(r.err.rfind("mhc: error: ", 0) == 0);
+  for (auto& w : what) CHECK(r.err.find(w) != std::string::npos);
+  CHECK(!std::filesystem::exists(out));
+  CHECK(read_bytes(in) == before);
+  for (auto& e : std::filesystem::directory_iterator(dir))
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
 }
 
 // A against B under the budget measured on B's inputs.

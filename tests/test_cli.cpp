@@ -43,19 +43,9 @@ struct Bad {
   }
   // Runs mhc, expects status 2 with one line naming `what`, and no output left behind.
   void expect_error(const std::string& args, const std::vector<std::string>& what) const {
-    std::string before = test::read_bytes(in);
-    auto r = test::sh(test::mhc(args));
-    CAPTURE(args);
-    CAPTURE(r.err);
-    CHECK(r.rc == 2);
-    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
-    CHECK(r.err.rfind("mhc: error: ", 0) == 0);
-    for (auto& w : what) CHECK(r.err.find(w) != std::string::npos);
-    CHECK(!std::filesystem::exists(out));
-    CHECK(test::read_bytes(in) == before);
-    for (auto& e : std::filesystem::directory_iterator(dir))  // no temporary files left
-      CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+    test::expect_error(args, what, dir, in, out);
   }
+
   std::string run() const { return "run " + in + " " + out; }
 };
 
