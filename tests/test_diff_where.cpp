@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "h5io.h"
 #include "rounding.h"
 #include "support.h"
 #include "where.h"
@@ -159,6 +160,24 @@ TEST_SUITE("diff") {
     Tensor& h = bad.t["dx"];
     for (int64_t i = 0; i < h.size(); i += 100) h.data<bf16>()[i].bits += 2;
     CHECK(test::diff(bad, ref).root_causes == std::vector<std::string>{"dx"});
+  }
+
+  TEST_CASE("the same report bits on 1 and 2 threads, and --tokens reports indices of the whole case") {
+    std::string dir = test::tmpdir("diff_threads");
+    Case bad = test::golden(parse_shape("600,4,256"), 37);
+    Tensor& h = bad.t["h_in"];
+    for (int64_t i = 300 * 256; i < h.size(); i += 3) h.data<bf16>()[i].bits ^= 1;  // later tokens only
+    save_case(dir + "/bad.h5", bad);
+    std::string diff = test::mhc("diff --json " + dir + "/bad.h5 cpu");
+    auto one = test::sh("OMP_NUM_THREADS=1 " + diff), two = test::sh("OMP_NUM_THREADS=2 " + diff);
+    CHECK(one.rc == 1);
+    CHECK(one.out == two.out);
+    auto part = test::sh(test::mhc("diff " + dir + "/bad.h5 cpu --tokens 200:400"));
+    CHECK(part.rc == 1);
+    CHECK(part.out.find("h_in: tokens 300–399") != std::string::npos);
+    CHECK(part.out.find("dphi      missing") != std::string::npos);
+    CHECK(test::sh(test::mhc("diff " + dir + "/bad.h5 cpu --tokens 0:300")).rc == 0);
+    CHECK(test::sh(test::mhc("diff " + dir + "/bad.h5 cpu --tokens 5:700")).rc == 2);
   }
 
   TEST_CASE("format: unknown datasets, reshaped or lossy stages make the comparison invalid; --require") {

@@ -69,6 +69,7 @@ double as_bf16(double v) { return bf16_to_float(double_to_bf16(v)); }
 // evaluations keep h_in and dx unrounded).
 double max_error(const Tensor& t, const Tensor& o, const Unit& u, bool round) {
   double e = 0;
+#pragma omp parallel for schedule(static) reduction(max : e)
   for (int64_t i = 0; i < o.size(); ++i) {
     double v = round ? as_bf16(t.at(i)) : t.at(i);
     e = std::max(e, u(elem_diff(v, o.at(i)), o.at(i)));
@@ -80,27 +81,43 @@ double max_error(const Tensor& t, const Tensor& o, const Unit& u, bool round) {
 // over atol, so that > 1 fails).
 StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, std::vector<double>& err,
                     const std::function<double(double, double)>& scaled) {
+  // Fixed chunks on all threads, merged in chunk order: the same bits on any thread count.
+  struct Part {
+    double num = 0, den = 0, worst = -1, max_rel = 0;
+    int64_t worst_i = 0, nan_a = 0, inf_a = 0, nan_b = 0, inf_b = 0;
+  };
+  const int64_t n = b.size(), chunk = int64_t(1) << 16, chunks = (n + chunk - 1) / chunk;
+  std::vector<Part> parts(static_cast<size_t>(chunks));
+  err.assign(size_t(n), 0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    Part& p = parts[size_t(c)];
+    for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
+      double x = a.at(i), y = b.at(i), d = elem_diff(x, y);
+      p.nan_a += std::isnan(x), p.inf_a += std::isinf(x), p.nan_b += std::isnan(y), p.inf_b += std::isinf(y);
+      if (d != kInf) {
+        p.num += d * d, p.den += y * y;
+        if (y != 0) p.max_rel = std::max(p.max_rel, d / std::fabs(y));
+      }
+      if (d > p.worst) p.worst = d, p.worst_i = i;
+      err[size_t(i)] = d == kInf ? kInf : scaled(d, y);
+    }
+  }
   StageReport r;
   r.name = name;
-  r.count = b.size();
-  err.assign(size_t(b.size()), 0);
-  double num = 0, den = 0, worst = -1;
-  int64_t worst_i = 0;
-  for (int64_t i = 0; i < b.size(); ++i) {
-    double x = a.at(i), y = b.at(i), d = elem_diff(x, y);
-    r.nan_a += std::isnan(x), r.inf_a += std::isinf(x), r.nan_b += std::isnan(y), r.inf_b += std::isinf(y);
-    if (d != kInf) {
-      num += d * d, den += y * y;
-      if (y != 0) r.max_rel = std::max(r.max_rel, d / std::fabs(y));
-    }
-    if (d > worst) worst = d, worst_i = i;
-    err[size_t(i)] = d == kInf ? kInf : scaled(d, y);
+  r.count = n;
+  Part all;
+  for (const Part& p : parts) {
+    all.num += p.num, all.den += p.den, all.max_rel = std::max(all.max_rel, p.max_rel);
+    all.nan_a += p.nan_a, all.inf_a += p.inf_a, all.nan_b += p.nan_b, all.inf_b += p.inf_b;
+    if (p.worst > all.worst) all.worst = p.worst, all.worst_i = p.worst_i;
   }
-  r.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
-  r.max_abs = std::max(worst, 0.0);
-  r.max_abs_index = unravel(worst_i, b.shape);
-  r.a_at = b.size() ? a.at(worst_i) : 0;
-  r.b_at = b.size() ? b.at(worst_i) : 0;
+  r.nan_a = all.nan_a, r.inf_a = all.inf_a, r.nan_b = all.nan_b, r.inf_b = all.inf_b, r.max_rel = all.max_rel;
+  r.rel_l2 = all.den > 0 ? std::sqrt(all.num / all.den) : std::sqrt(all.num);
+  r.max_abs = std::max(all.worst, 0.0);
+  r.max_abs_index = unravel(all.worst_i, b.shape);
+  r.a_at = n ? a.at(all.worst_i) : 0;
+  r.b_at = n ? b.at(all.worst_i) : 0;
   r.compared = true;
   return r;
 }

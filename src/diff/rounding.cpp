@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace mhc {
 namespace {
@@ -25,9 +26,15 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
     if (double v = a.at(i); std::isfinite(v) && as_bf16(v) != v) return r;  // not rounded to bf16: nothing to check
   r.checked = true;
   const double rms = finite_rms(exact);
-  int64_t toward = 0, away = 0;
-  double widest = 0, bias = 0;  // widest: the farthest an unexplained flip lies beyond its tie, in steps
-  for (int64_t i = 0; i < a.size(); ++i) {
+  int64_t toward = 0, away = 0, ties = 0, not_even = 0, differ = 0, unexplained = 0;
+  double widest = 0;  // the farthest an unexplained flip lies beyond its tie, in steps
+  // the bias is summed in fixed chunks, then in chunk order: the same bits on any thread count
+  const int64_t n = a.size(), chunk = int64_t(1) << 16, chunks = (n + chunk - 1) / chunk;
+  std::vector<double> bias(static_cast<size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static) reduction(+ : toward, away, ties, not_even, differ, unexplained) \
+    reduction(max : widest)
+  for (int64_t c = 0; c < chunks; ++c)
+  for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
     double v = a.at(i), e = exact.at(i);
     if (!std::isfinite(v) || !std::isfinite(e)) continue;
     double rounded = as_bf16(e);
@@ -38,24 +45,27 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
     uint32_t u;
     std::memcpy(&u, &f, 4);
     if ((u & 0xffffu) == 0x8000u && !((u >> 16) & 1u)) {
-      ++r.ties;
-      r.ties_not_even += std::fabs(v) > std::fabs(f);
+      ++ties;
+      not_even += std::fabs(v) > std::fabs(f);
     }
     if (v == rounded) continue;
-    ++r.differ;
+    ++differ;
     bool up = std::fabs(v) > std::fabs(rounded);
-    bias += (up ? 1 : -1) * std::fabs(v - rounded) / ulp;
+    bias[size_t(c)] += (up ? 1 : -1) * std::fabs(v - rounded) / ulp;
     // Explained when some value within tau ulps of e rounds to v: e's distance to the
     // interval of values that round to v (half a step either side of v).
     double toward_e = from_ordinal(ordinal(v) + (e > v ? 1 : -1));
     double gap = std::fabs(e - v) - std::fabs(toward_e - v) / 2;
     if (gap <= tau * ulp) continue;
-    ++r.unexplained;
+    ++unexplained;
     bad[size_t(i)] = 1;
     (up ? away : toward) += 1;
     widest = std::max(widest, gap / std::fabs(toward_e - v));  // in steps beyond the tie
   }
-  r.bias_ulp = a.size() ? bias / double(a.size()) : 0;
+  r.ties = ties, r.ties_not_even = not_even, r.differ = differ, r.unexplained = unexplained;
+  double total = 0;
+  for (double b : bias) total += b;
+  r.bias_ulp = n ? total / double(n) : 0;
   if (r.unexplained) {
     std::string n = cat(r.unexplained, " of ", a.size(), " elements");
     bool spread = widest > 0.25;  // flips far from ties: the rounding itself, not a slightly different value
