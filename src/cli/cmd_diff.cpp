@@ -2,6 +2,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -195,7 +196,13 @@ void add_diff(CLI::App& app, int& rc) {
       for (Case* c : {&a, &b}) *c = c->token_slice(0, c->prob.T());
 
     References refs(b);
+    if (isatty(STDERR_FILENO))  // progress on a terminal, once the work has taken a second
+      opt.progress = [start = std::chrono::steady_clock::now()](const std::string& stage) {
+        if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1))
+          std::cerr << "\rmhc diff: comparing " << stage << "...\033[K" << std::flush;
+      };
     DiffReport rep = diff_cases(a, b, refs, opt);
+    if (opt.progress) std::cerr << "\r\033[K" << std::flush;
     if (!o->dump.empty()) dump_diff(o->dump, a, b, rep);
     if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)));
     if (o->json) {

@@ -5,6 +5,7 @@
 // The engine (engine.cpp) fills a DiffReport; render_*.cpp turn it into text, JSON or
 // HTML; dump.cpp writes per-element errors to HDF5. Nothing here prints.
 #pragma once
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -30,6 +31,7 @@ struct DiffOptions {
   int64_t tile = 64;                 // tile size of the pattern summary
   std::set<std::string> require;     // stages that must be present on both sides
   bool keep_elements = false;        // fill StageReport::elem_error and elem_mask (--dump-diff)
+  std::function<void(const std::string&)> progress;  // told the stage being compared, when set
   int64_t token_offset = 0;          // --tokens A:B: the cases hold tokens from A on; indices are reported from 0
 };
 

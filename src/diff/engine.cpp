@@ -225,6 +225,7 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
 
   for (const Stage& s : stage_table()) {
     if (s.group == Group::inputs) continue;
+    if (opt.progress) opt.progress(s.name);
     bool ha = a.has(s.name), hb = b.has(s.name);
     StageReport r;
     r.name = s.name;
