@@ -100,18 +100,25 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdParams p) {
     for (int s = 0; s < RJ; ++s) acc[r][s] = grp[r][s] = 0.0f;
   float ss = 0.0f, ss_grp = 0.0f;
 
-  // Prefetching costs registers; at n >= 7 that cut occupancy more than it hid latency.
+  // Prefetching costs registers; at n >= 7 that cut occupancy more than it hid latency, so
+  // there the tile still comes in 16-byte loads but is stored at once, holding no registers
+  // through the math.
   constexpr bool kPrefetch = N <= 48;
-  const bool vec = kPrefetch && K % 8 == 0;
+  const bool vec = K % 8 == 0;
   TileRegs<FT, kPrefetch ? N : 1> next;
-  if (vec) next.load(p, K, t0, 0);
+  if (vec && kPrefetch) next.load(p, K, t0, 0);
   for (int k0 = 0, tile = 1; k0 < K; k0 += kTileK, ++tile) {
-    if (vec)
+    if (vec && kPrefetch) {
       next.store(xs, ps);
-    else
+    } else if (vec) {
+      TileRegs<FT, N> now;
+      now.load(p, K, t0, k0);
+      now.store(xs, ps);
+    } else {
       load_tile_direct<FT, N>(xs, ps, p, K, t0, k0);
+    }
     __syncthreads();
-    if (vec && k0 + kTileK < K) next.load(p, K, t0, k0 + kTileK);  // in flight during this tile's math
+    if (vec && kPrefetch && k0 + kTileK < K) next.load(p, K, t0, k0 + kTileK);  // in flight during this tile's math
     if (tid < FT * kSsParts) {  // sum of squares: kSsParts threads per token, a fixed slice each
       int tb = tid / kSsParts, part = tid % kSsParts;
       float s = 0.0f;
