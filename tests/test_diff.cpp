@@ -18,7 +18,7 @@ struct Planted {
   DiffReport diff(const DiffOptions& o = {}) const { return test::diff(bad, ref, o); }
 };
 
-const StageReport& find(const DiffReport& r, const std::string& name) {
+const StageReport& find(const DiffReport& r, std::string_view name) {
   for (auto& s : r.stages)
     if (s.name == name) return s;
   FAIL("stage not in report: " << name);

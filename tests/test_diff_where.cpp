@@ -15,14 +15,14 @@ using namespace mhc;
 
 namespace {
 
-const StageReport& find(const DiffReport& r, const std::string& name) {
+const StageReport& find(const DiffReport& r, std::string_view name) {
   for (auto& s : r.stages)
     if (s.name == name) return s;
   FAIL("stage not in report: " << name);
   return r.stages.front();
 }
 
-const AxisRanges& axis(const StageReport& s, const std::string& name) {
+const AxisRanges& axis(const StageReport& s, std::string_view name) {
   for (auto& a : s.where)
     if (a.axis == name) return a;
   FAIL("no axis " << name << " in the where of " << s.name);

@@ -44,13 +44,13 @@ const std::vector<Stage>& stage_table() {
   return table;
 }
 
-const Stage* find_stage(const std::string& name) {
+const Stage* find_stage(std::string_view name) {
   for (auto& s : stage_table())
     if (name == s.name) return &s;
   return nullptr;
 }
 
-const Stage& stage(const std::string& name) {
+const Stage& stage(std::string_view name) {
   const Stage* s = find_stage(name);
   MHC_CHECK(s, "unknown stage ", name);
   return *s;

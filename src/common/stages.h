@@ -4,6 +4,7 @@
 // from it, and diff walks it to find where two runs part ways.
 #pragma once
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "problem.h"
@@ -28,8 +29,8 @@ struct Stage {
 };
 
 const std::vector<Stage>& stage_table();
-const Stage* find_stage(const std::string& name);  // nullptr if unknown
-const Stage& stage(const std::string& name);        // MHC_CHECKs that it exists
+const Stage* find_stage(std::string_view name);  // nullptr if unknown
+const Stage& stage(std::string_view name);        // MHC_CHECKs that it exists
 
 // For a dataset path that names no stage: "did you mean /forward/h_mix?", or "" when nothing is close.
 std::string suggest_stage(const std::string& path);
