@@ -25,6 +25,8 @@ void add_inspect(CLI::App& app, int& rc) {
       if (d.has_stats) {
         const Stats& s = d.stats;
         std::printf(" %12.5g %12.5g %12.5g %8lld %8lld", s.min, s.max, s.mean, (long long)s.nan, (long long)s.inf);
+      } else if (d.is_float && !d.written) {
+        std::printf("  (never written: no data stored)");
       } else if (d.is_float) {
         std::printf("  (statistics skipped: more than %lld elements)", (long long)kInspectMaxElements);
       }

@@ -50,13 +50,14 @@ Case Case::token_slice(int64_t t0, int64_t t1) const {
       if (s.group == Group::inputs) c.t[name] = tensor;  // parameters; sums over tokens are dropped
       continue;
     }
-    int64_t per = tensor.size() / prob.T();  // elements per token
-    Shape shape = {t1 - t0};
-    shape.insert(shape.end(), tensor.shape.begin() + int64_t(prob.tokens.size()), tensor.shape.end());
-    if (tensor.size() != prob.T() * per || numel(shape) != (t1 - t0) * per) {
+    const size_t lead = prob.tokens.size();
+    if (tensor.shape.size() < lead || !std::equal(prob.tokens.begin(), prob.tokens.end(), tensor.shape.begin())) {
       c.t[name] = tensor;  // not in the schema's shape: left for the diff to report
       continue;
     }
+    int64_t per = tensor.size() / prob.T();  // elements per token
+    Shape shape = {t1 - t0};
+    shape.insert(shape.end(), tensor.shape.begin() + int64_t(lead), tensor.shape.end());
     Tensor part(shape, tensor.dtype);
     size_t bytes = size_t(per) * dtype_size(tensor.dtype);
     std::copy_n(tensor.bytes.begin() + ptrdiff_t(size_t(t0) * bytes), size_t(t1 - t0) * bytes, part.bytes.begin());

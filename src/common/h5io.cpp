@@ -48,8 +48,11 @@ H5::DataType mem_type(DType t) {
 // The most specific message on HDF5's error stack ("required filter 'lzf' is not registered").
 std::string h5_cause() {
   std::string msg;
-  auto walk = [](unsigned n, const H5E_error2_t* e, void* data) -> herr_t {
-    if (n == 0 && e->desc) *static_cast<std::string*>(data) = e->desc;
+  auto walk = [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
+    auto* msg = static_cast<std::string*>(data);
+    // innermost first; the plugin loader's "can't open directory" hides the real cause
+    bool plugin_search = e->func_name && std::string(e->func_name).rfind("H5PL", 0) == 0;
+    if (msg->empty() && e->desc && !plugin_search) *msg = e->desc;
     return 0;
   };
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk, &msg);
@@ -107,36 +110,55 @@ std::string float_type_name(const H5::FloatType& ft) {
   return cat("float", ft.getSize() * 8);
 }
 
-// Opens the dataset at path, naming the file, the path and the cause on failure.
+// Opens the dataset at path, naming the file, the path and the cause on failure. The C API
+// is called directly where HDF5's cause matters: the C++ wrappers clear the error stack.
 H5::DataSet open_dataset(const H5::H5File& f, const std::string& file, const std::string& path) {
   H5O_info_t info;
   if (H5Oget_info_by_name(f.getId(), path.c_str(), &info, H5P_DEFAULT) < 0)
     fail(file, ": ", path, ": cannot open (", h5_cause(), ")");
   if (info.type != H5O_TYPE_DATASET)
     fail(file, ": ", path, ": is a ", info.type == H5O_TYPE_GROUP ? "group" : "named datatype", ", expected a dataset");
-  try {
-    return f.openDataSet(path);
-  } catch (const H5::Exception&) {
-    fail(file, ": ", path, ": cannot open (", h5_cause(), ")");
-  }
+  hid_t id = H5Dopen2(f.getId(), path.c_str(), H5P_DEFAULT);
+  if (id < 0) fail(file, ": ", path, ": cannot open (", h5_cause(), ")");
+  H5::DataSet ds(id);  // takes its own reference
+  H5Dclose(id);
+  return ds;
+}
+
+// H5Dread of the selection, failing with HDF5's own cause (a missing filter or external file).
+void read_into(const H5::DataSet& ds, hid_t mem_type_id, hid_t mem_space, hid_t file_space, void* buf,
+               const std::string& file, const std::string& path) {
+  if (H5Dread(ds.getId(), mem_type_id, mem_space, file_space, H5P_DEFAULT, buf) < 0)
+    fail(file, ": ", path, ": cannot read (", h5_cause(), ")");
+}
+
+// A float type that cannot hold float32 values (float16, or fewer than 23 mantissa bits).
+bool narrower_than_f32(const H5::FloatType& ft) {
+  size_t spos, epos, esize, mpos, msize;
+  ft.getFields(spos, epos, esize, mpos, msize);
+  return esize < 8 || msize < 23;
 }
 
 // Reads a float dataset keeping bf16/float32/float64; other float formats come as float64,
-// their type's name in *stored when given.
-Tensor read_float(const H5::H5File& f, const std::string& file, const std::string& path, std::string* stored = nullptr) {
+// their type's name in *stored when they are narrower than float32. `check` sees the
+// declared shape before anything is read or allocated.
+Tensor read_float(const H5::H5File& f, const std::string& file, const std::string& path, std::string* stored = nullptr,
+                  const std::function<void(const Shape&)>& check = nullptr) {
   H5::DataSet ds = open_dataset(f, file, path);
   if (ds.getTypeClass() != H5T_FLOAT)
     fail(file, ": ", path, ": expected a floating-point dataset, found ", class_name(ds.getTypeClass()));
   H5::FloatType ft = ds.getFloatType();
   std::string name = float_type_name(ft);
   DType dt = name == "bfloat16" ? DType::bf16 : name == "float32" ? DType::f32 : DType::f64;
-  if (stored && name != "bfloat16" && name != "float32" && name != "float64") *stored = name;
-  Tensor t(dataset_shape(ds, file, path), dt);
-  try {
-    if (t.size()) ds.read(t.bytes.data(), mem_type(dt));
-  } catch (const H5::Exception&) {
-    fail(file, ": ", path, ": cannot read (", h5_cause(), ")");
-  }
+  if (stored && dt == DType::f64 && name != "float64" && narrower_than_f32(ft)) *stored = name;
+  Shape shape = dataset_shape(ds, file, path);
+  if (check) check(shape);
+  H5D_space_status_t status;
+  if (numel(shape) > 0 && H5Dget_space_status(ds.getId(), &status) >= 0 && status == H5D_SPACE_STATUS_NOT_ALLOCATED &&
+      ds.getStorageSize() == 0)
+    fail(file, ": ", path, ": declared ", shape_str(shape), " but never written (no data stored)");
+  Tensor t(shape, dt);
+  if (t.size()) read_into(ds, mem_type(dt).getId(), H5S_ALL, H5S_ALL, t.bytes.data(), file, path);
   return t;
 }
 
@@ -148,7 +170,7 @@ std::vector<std::string> dataset_paths(const H5::H5File& f, const std::string& f
     return 0;
   };
   if (H5Ovisit(f.getId(), H5_INDEX_NAME, H5_ITER_NATIVE, visit, &names) < 0)
-    fail(file, ": cannot list the file's datasets (corrupt group or link?)");
+    fail(file, ": cannot list the file's datasets (", h5_cause(), ")");
   return names;
 }
 
@@ -221,14 +243,15 @@ void load_inputs(const H5::H5File& f, const std::string& file, const LoadOptions
       }
       continue;
     }
-    Tensor raw = s.name == std::string("x") ? x : read_float(f, file, dataset_path(s));
-    if (raw.shape != want) {
-      std::string hint = s.name == std::string("phi") && raw.shape.size() == 2 && raw.shape[1] != c.prob.K()
-                             ? cat("; x gives n*D = ", c.prob.K(), " but phi has ", raw.shape[1], " columns")
+    auto check = [&](const Shape& found) {
+      if (found == want) return;
+      std::string hint = s.name == std::string("phi") && found.size() == 2 && found[1] != c.prob.K()
+                             ? cat("; x gives n*D = ", c.prob.K(), " but phi has ", found[1], " columns")
                              : "";
       fail(where(s), "expected shape ", stage_shape_str(s), " = ", shape_str(want), " (n=", c.prob.n,
-           ", D=", c.prob.D, " from /inputs/x), found ", shape_str(raw.shape), hint);
-    }
+           ", D=", c.prob.D, " from /inputs/x), found ", shape_str(found), hint);
+    };
+    Tensor raw = s.name == std::string("x") ? x : read_float(f, file, dataset_path(s), nullptr, check);
     c.t[s.name] = to_input_dtype(raw, s.dtype, where(s), opt);
   }
 
@@ -389,28 +412,42 @@ void save_text(const std::string& path, const std::string& text) {
   out.commit();
 }
 
-// Statistics of a float dataset read in slabs of rows along its first dimension.
+// Statistics of a float dataset read in boxes of at most 2^22 elements: along the first
+// axis d whose trailing axes fit, every index of the axes before it, steps along d.
 Stats slab_stats(const H5::DataSet& ds, const Shape& shape, const std::string& file, const std::string& path) {
+  constexpr int64_t kSlab = int64_t(1) << 22;
   StatsAccumulator acc;
-  const int64_t rows = shape.empty() ? 1 : shape[0], per_row = rows ? numel(shape) / rows : 0;
-  const int64_t step = std::max<int64_t>(1, (int64_t(1) << 22) / std::max<int64_t>(per_row, 1));
-  try {
-    H5::DataSpace file_space = ds.getSpace();
-    for (int64_t r0 = 0; r0 < rows && per_row; r0 += step) {
-      Shape slab = shape;
-      if (!slab.empty()) slab[0] = std::min(step, rows - r0);
-      Tensor t(slab, DType::f64);
-      std::vector<hsize_t> start(shape.size(), 0), count(slab.begin(), slab.end());
-      if (!shape.empty()) {
-        start[0] = hsize_t(r0);
-        file_space.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
-      }
-      H5::DataSpace mem(int(count.size()), count.data());
-      ds.read(t.bytes.data(), H5::PredType::NATIVE_DOUBLE, shape.empty() ? H5::DataSpace(H5S_SCALAR) : mem, file_space);
+  const size_t rank = shape.size();
+  if (rank == 0 || numel(shape) == 0) {
+    Tensor t(shape, DType::f64);
+    if (t.size()) read_into(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, t.bytes.data(), file, path);
+    acc.add(t);
+    return acc.result();
+  }
+  size_t d = rank - 1;
+  int64_t inner = 1;  // elements of the axes after d
+  while (d > 0 && inner * shape[d] <= kSlab) inner *= shape[d--];
+  const int64_t step = std::max<int64_t>(1, kSlab / inner);
+  std::vector<hsize_t> start(rank, 0), count(rank, 1);
+  for (size_t i = d + 1; i < rank; ++i) count[i] = hsize_t(shape[i]);
+  H5::DataSpace file_space = ds.getSpace();
+  for (bool more = true; more;) {
+    for (int64_t k = 0; k < shape[d]; k += step) {
+      start[d] = hsize_t(k), count[d] = hsize_t(std::min(step, shape[d] - k));
+      file_space.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
+      H5::DataSpace mem(int(rank), count.data());
+      Tensor t(Shape(count.begin(), count.end()), DType::f64);
+      read_into(ds, H5T_NATIVE_DOUBLE, mem.getId(), file_space.getId(), t.bytes.data(), file, path);
       acc.add(t);
     }
-  } catch (const H5::Exception&) {
-    fail(file, ": ", path, ": cannot read (", h5_cause(), ")");
+    more = false;  // next index of the axes before d
+    for (size_t i = d; i-- > 0;) {
+      if (++start[i] < hsize_t(shape[i])) {
+        more = true;
+        break;
+      }
+      start[i] = 0;
+    }
   }
   return acc.result();
 }
@@ -419,8 +456,9 @@ std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::st
   H5::H5File f = open_h5(path);
   std::vector<DatasetInfo> out;
   try {
+    std::vector<std::string> paths = dataset_paths(f, path);  // first: a failed read can leave a partial walk "successful"
     if (attrs) *attrs = read_root_attrs(f);
-    for (auto& n : dataset_paths(f, path)) {
+    for (auto& n : paths) {
       H5::DataSet ds = open_dataset(f, path, n);
       DatasetInfo d;
       d.path = n;
@@ -428,7 +466,10 @@ std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::st
       d.is_float = ds.getTypeClass() == H5T_FLOAT;
       if (d.is_float) {
         d.type = float_type_name(ds.getFloatType());
-        d.has_stats = numel(d.shape) <= kInspectMaxElements;
+        H5D_space_status_t status;
+        d.written = H5Dget_space_status(ds.getId(), &status) < 0 || status != H5D_SPACE_STATUS_NOT_ALLOCATED ||
+                    ds.getStorageSize() > 0;
+        d.has_stats = d.written && numel(d.shape) <= kInspectMaxElements;
         if (d.has_stats) d.stats = slab_stats(ds, d.shape, path, n);
       } else {
         d.type = class_name(ds.getTypeClass());

@@ -43,10 +43,11 @@ struct DatasetInfo {
   std::string path, type;
   Shape shape;
   bool is_float = false;
-  bool has_stats = false;  // float datasets up to kInspectMaxElements, read in slabs
+  bool written = true;     // false: declared, no data stored (statistics would be of fill values)
+  bool has_stats = false;  // written float datasets up to kInspectMaxElements, read in slabs
   Stats stats;
 };
-constexpr int64_t kInspectMaxElements = int64_t(1) << 30;
+constexpr int64_t kInspectMaxElements = int64_t(1) << 28;
 // Every dataset of any HDF5 file; `attrs`, when given, receives the root's string attributes.
 std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::string, std::string>* attrs = nullptr);
 
