@@ -2,7 +2,8 @@
 """fuzz.py — a seeded fuzzer for `mhc inspect`, `mhc run` and `mhc diff` on hostile files.
 
     fuzz.py MHC_BINARY WORKDIR [--seed S] [--cases N] [--timeout SEC] [--jobs J]
-            [--keep-failures DIR] [--only I,J,..] [-v]
+            [--keep-failures DIR] [--only I,J,..] [--files H5..] [--results JSONL]
+            [--strict-hdf5] [-v]
 
 Case i of seed S draws everything from random.Random(f"{S}:{i}"), so a (seed, case)
 pair names one input file. Three generators:
@@ -12,7 +13,7 @@ pair names one input file. Three generators:
            changes: dtype class of a dataset (int, float16/32/64, big-endian, 80-bit,
            bf16, off-bias bf16, 24- and 8-bit floats, fixed/vlen string, compound, enum,
            vlen, opaque, array), dataspace (scalar, null, zero-size, rank 0..5, wrong
-           shape, declared dims up to 2^40 with chunked storage and nothing written),
+           shape, declared dims up to 2^63-1, chunked and never written: the file stays small),
            norm_eps/hc_eps and root string attributes (array, string, empty or unwritten
            vlen string, NaN, Inf, negative, 0, int, null space), links (dangling and
            cyclic soft links, hard duplicates, external links to missing files, a group
@@ -26,17 +27,25 @@ pair names one input file. Three generators:
            `mhc run` and h5py (gzip+shuffle+fletcher32 chunked, compact, libver latest);
   special  not a regular HDF5 file: FIFO, directory, empty, signature only, symlink loop.
 
-Each case runs `mhc inspect F`, `mhc run F OUT` (OUT in an empty directory) and, when F
-has outputs, `mhc diff F cpu` and `mhc diff F F`, each under --timeout with
-ASAN_OPTIONS/UBSAN_OPTIONS set (see ENV). A case fails on: a signal, a timeout, an exit
-status outside {0,1,2}, a sanitizer report, an exit 2 whose stderr is not exactly one
-`mhc: error:` line (warnings aside), stray stderr (HDF5 diagnostics), a partial or
-temporary file left by a failed run, a modified input, a file known to be valid that is
-rejected or not matched by `diff F F` / `diff F cpu`, `diff F cpu` saying "match" when
-F's outputs are known to differ from F's inputs' true outputs, or (all-zero x with
-norm_eps = 0) a run that exits 0 with non-finite outputs.
+Each case runs `mhc inspect F`, `mhc run [opts] F OUT` (OUT in an empty directory) and,
+when F has outputs, `mhc diff [opts] F cpu`, `mhc diff F F` and `mhc diff F REF` (REF: the
+valid file F was made from), each under --timeout with ENV (ASan/UBSan options, one
+thread, MHC_MAX_MEMORY); opts are drawn per case (--strict, --precision fp64, --json,
+--tokens, --dump-diff/--report, ...). A case fails on: a signal, a timeout, an exit status
+outside {0,1,2}, a sanitizer report in mhc (reports inside libhdf5 itself are listed apart;
+--strict-hdf5 counts them), an exit 2 whose stderr is not one `mhc: error:` line (warnings
+aside; diff's own "invalid" verdict is on stdout), stray stderr (an HDF5 error stack), a
+partial or temporary output left behind, a modified input, and on what is known of F:
+- F valid (only harmless changes): any command not exiting 0;
+- F's outputs known to differ from what its inputs give: `diff F cpu`/`diff F REF` exit 0;
+- all-zero x with norm_eps = 0: `run` exit 0 with non-finite outputs;
+- a byte mutant: `inspect` exit 0 while HDF5's own walk of F fails, or listing another
+  number of datasets than that walk finds;
+- an intact (h5py-written) file: an error blaming corruption; one hostile link or filter
+  on dataset P: an error that does not name P.
 
 Prints one line per failing case and `N passed, M failed`; exit 1 on any failure.
+`--files F..` runs the same checks (every option set) on given files, e.g. repro/*.h5.
 Deterministic for a seed; mhc-written templates carry HDF5 timestamps, so byte-mutated
 cases over them agree with another run up to those bytes.
 """
@@ -952,9 +961,10 @@ def frames(text):
 
 
 def inside_hdf5(err):
-    """True when an AddressSanitizer report is HDF5's own bug: every frame above mhc's code
-    is in the HDF5 C library, and the memory involved is HDF5's (heap allocated there, not
-    a stack variable or buffer of mhc's). Conservative: anything else counts against mhc."""
+    """True when an AddressSanitizer report is HDF5's own bug: the faulting frame is in the
+    HDF5 C library, every frame above mhc's code in HDF5 (C or C++ API), and the memory is
+    HDF5's (heap allocated there, not a stack variable or buffer of mhc's; none for a SEGV).
+    Conservative: anything else counts against mhc."""
     report = err[err.find("ERROR: AddressSanitizer"):]
     fault, _, rest = report.partition("allocated by thread")
     if "located in stack of thread" in report:
@@ -966,7 +976,7 @@ def inside_hdf5(err):
         if MHC_FRAME.search(line):
             break
         above.append(line)
-    if not above or not all(HDF5_C.search(l) for l in above):
+    if not above or not HDF5_C.search(above[0]) or not all("libhdf5" in l for l in above):
         return False
     alloc = frames(rest)[:1]
     return not rest or bool(alloc and HDF5_C.search(alloc[0]))
@@ -1140,6 +1150,14 @@ def template_list(workdir):
     return out
 
 
+def split_hdf5(failures):
+    """(failures, HDF5's own sanitizer reports): the latter are listed, not failures,
+    unless --strict-hdf5."""
+    if STATE["strict_hdf5"]:
+        return failures, []
+    return [f for f in failures if "inside libhdf5" not in f[1]], [f for f in failures if "inside libhdf5" in f[1]]
+
+
 def do_case(job):
     seed, index = job
     case_dir = os.path.join(STATE["workdir"], "cases", f"{seed}-{index}")
@@ -1148,11 +1166,7 @@ def do_case(job):
     t0 = time.time()
     c, label = make_case(seed, index, STATE["trees"], STATE["templates"], os.path.join(case_dir, "case.h5"))
     failures = check_case(STATE["mhc"], c, case_dir, STATE["timeout"], random.Random(f"{seed}:{index}:options"))
-    if not STATE["strict_hdf5"]:  # HDF5's own misreads of corrupt metadata: listed, not failures
-        hdf5 = [f for f in failures if "inside libhdf5" in f[1]]
-        failures = [f for f in failures if f not in hdf5]
-    else:
-        hdf5 = []
+    failures, hdf5 = split_hdf5(failures)
     if (failures or hdf5) and STATE["keep"]:
         keep_failure(case_dir, STATE["keep"], seed, index, label, failures + hdf5)
     shutil.rmtree(case_dir, ignore_errors=True)
@@ -1177,11 +1191,10 @@ def do_file(path):
     t0 = time.time()
     c = {"outputs": in_child(lambda: has_outputs(path), default=True), "preserving": False, "zero_x_eps0": False,
          "changed_outputs": False}
-    failures = check_case(STATE["mhc"], c, case_dir, STATE["timeout"], None)
-    hdf5 = [f for f in failures if "inside libhdf5" in f[1] and not STATE["strict_hdf5"]]
+    failures, hdf5 = split_hdf5(check_case(STATE["mhc"], c, case_dir, STATE["timeout"], None))
     shutil.rmtree(case_dir, ignore_errors=True)
     return {"seed": "file", "case": os.path.basename(path), "label": path, "secs": time.time() - t0,
-            "failures": [f for f in failures if f not in hdf5], "hdf5": hdf5}
+            "failures": failures, "hdf5": hdf5}
 
 
 def run_job(job):
