@@ -125,6 +125,20 @@ H5::DataSet open_dataset(const H5::H5File& f, const std::string& file, const std
   return ds;
 }
 
+// A compact dataset whose stored bytes are fewer than its shape needs makes libhdf5 1.10
+// read past its own buffer (tests/fuzz/repro/corrupt_compact_overread.h5): refuse it first.
+void check_compact(const H5::DataSet& ds, const Shape& shape, const std::string& file, const std::string& path) {
+  hid_t dcpl = H5Dget_create_plist(ds.getId());
+  bool compact = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_COMPACT;
+  if (dcpl >= 0) H5Pclose(dcpl);
+  if (!compact) return;
+  hid_t type = H5Dget_type(ds.getId());
+  uint64_t need = uint64_t(numel(shape)) * (type >= 0 ? H5Tget_size(type) : 0);
+  if (type >= 0) H5Tclose(type);
+  if (uint64_t have = ds.getStorageSize(); have < need)
+    fail(file, ": ", path, ": compact storage holds ", have, " bytes, fewer than the ", need, " its shape needs (corrupt file)");
+}
+
 // H5Dread of the selection, failing with HDF5's own cause (a missing filter or external file).
 void read_into(const H5::DataSet& ds, hid_t mem_type_id, hid_t mem_space, hid_t file_space, void* buf,
                const std::string& file, const std::string& path) {
@@ -153,6 +167,7 @@ Tensor read_float(const H5::H5File& f, const std::string& file, const std::strin
   if (stored && dt == DType::f64 && name != "float64" && narrower_than_f32(ft)) *stored = name;
   Shape shape = dataset_shape(ds, file, path);
   if (check) check(shape);
+  check_compact(ds, shape, file, path);
   H5D_space_status_t status;
   if (numel(shape) > 0 && H5Dget_space_status(ds.getId(), &status) >= 0 && status == H5D_SPACE_STATUS_NOT_ALLOCATED &&
       ds.getStorageSize() == 0)
@@ -470,7 +485,10 @@ std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::st
         d.written = H5Dget_space_status(ds.getId(), &status) < 0 || status != H5D_SPACE_STATUS_NOT_ALLOCATED ||
                     ds.getStorageSize() > 0;
         d.has_stats = d.written && numel(d.shape) <= kInspectMaxElements;
-        if (d.has_stats) d.stats = slab_stats(ds, d.shape, path, n);
+        if (d.has_stats) {
+          check_compact(ds, d.shape, path, n);
+          d.stats = slab_stats(ds, d.shape, path, n);
+        }
       } else {
         d.type = class_name(ds.getTypeClass());
       }
