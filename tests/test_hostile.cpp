@@ -109,6 +109,17 @@ TEST_SUITE("hostile") {
     }
   }
 
+  TEST_CASE("a write past the file-size limit (EFBIG): one line, status 2, no temporary file, no crash at exit") {
+    Hostile h("efbig");
+    auto r = test::sh("ulimit -f 200; " + test::mhc("gen --shape 256,4,1024 " + h.out));
+    CAPTURE(r.err);
+    CHECK(r.rc == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find("File too large") != std::string::npos);
+    CHECK(!std::filesystem::exists(h.out));
+    for (auto& e : std::filesystem::directory_iterator(h.dir)) CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+  }
+
   TEST_CASE("norm_eps = 0 with an all-zero token: an error naming the stage and token, unless --allow-nonfinite") {
     Hostile h("nonfinite");
     h.edit("x = f['inputs/x']; v = x[()]; v[5] = 0; x[...] = v; f['inputs'].attrs['norm_eps'] = 0.0");

@@ -1,4 +1,5 @@
 // main.cpp — the mhc command line: gen, run, inspect, bench, diff.
+#include <cstdlib>
 #include <iostream>
 
 #include "backends.h"
@@ -41,7 +42,11 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const mhc::UserError& e) {
     std::cerr << "mhc: error: " << one_line(e.what()) << "\n";
-    return 2;
+    // Outputs are committed or removed by now. Skip the exit handlers: after a failed write
+    // (EFBIG) libhdf5 1.10 crashes closing the file again at library shutdown.
+    std::cout.flush();
+    std::cerr.flush();
+    std::_Exit(2);
   } catch (const std::exception& e) {
     std::cerr << "mhc: internal error: " << e.what() << "\n";
     return 3;

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <memory>
 
 #include "version.h"
 
@@ -46,16 +47,38 @@ H5::DataType mem_type(DType t) {
 }
 
 // The most specific message on HDF5's error stack ("required filter 'lzf' is not registered").
-std::string h5_cause() {
+// The most specific message of an HDF5 error stack, skipping the plugin loader's "can't open
+// directory" that hides the real cause ("required filter 'lzf' is not registered").
+std::string innermost(hid_t stack) {
   std::string msg;
   auto walk = [](unsigned, const H5E_error2_t* e, void* data) -> herr_t {
-    auto* msg = static_cast<std::string*>(data);
-    // innermost first; the plugin loader's "can't open directory" hides the real cause
+    auto* m = static_cast<std::string*>(data);
     bool plugin_search = e->func_name && std::string(e->func_name).rfind("H5PL", 0) == 0;
-    if (msg->empty() && e->desc && !plugin_search) *msg = e->desc;
+    if (m->empty() && e->desc && !plugin_search) *m = e->desc;
     return 0;
   };
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk, &msg);
+  H5Ewalk2(stack, H5E_WALK_UPWARD, walk, &msg);
+  return msg;
+}
+
+// HDF5 calls this on every failing API call, before the C++ wrappers clear the stack: it
+// keeps the cause instead of printing it.
+std::string g_last_cause;
+herr_t keep_cause(hid_t stack, void*) {
+  g_last_cause = innermost(stack);
+  return 0;
+}
+
+// HDF5 prints nothing; h5_cause() can still say why the last call failed.
+void quiet_hdf5() {
+  g_last_cause.clear();
+  H5Eset_auto2(H5E_DEFAULT, keep_cause, nullptr);
+}
+
+// Why the last HDF5 call failed.
+std::string h5_cause() {
+  std::string msg = innermost(H5E_DEFAULT);
+  if (msg.empty()) msg = g_last_cause;
   return msg.empty() ? "truncated or corrupt file?" : msg;
 }
 
@@ -328,7 +351,7 @@ void load_outputs(const H5::H5File& f, const std::string& file, Case& c) {
 }
 
 H5::H5File open_h5(const std::string& path) {
-  H5::Exception::dontPrint();
+  quiet_hdf5();
   struct stat st;
   if (stat(path.c_str(), &st) != 0) fail(path, ": cannot open: ", std::strerror(errno));
   if (S_ISDIR(st.st_mode)) fail(path, ": is a directory, expected an HDF5 file");
@@ -376,16 +399,21 @@ void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
 
 // Writes a new HDF5 file through `fill` (an OutputFile: temporary file, then moved into place).
 void write_atomically(const std::string& path, bool replace, const std::function<void(H5::H5File&)>& fill) {
-  H5::Exception::dontPrint();
+  quiet_hdf5();
   OutputFile out(path, replace);
+  std::unique_ptr<H5::H5File> f;
   try {
-    H5::H5File f(out.temp(), H5F_ACC_TRUNC);
-    write_str_attr(f, "producer", "mhc");
-    write_str_attr(f, "version", MHC_VERSION);
-    fill(f);
-    f.close();
-  } catch (const H5::Exception& e) {
-    fail(path, ": cannot write (", h5_cause(), ")");
+    f = std::make_unique<H5::H5File>(out.temp(), H5F_ACC_TRUNC);
+    write_str_attr(*f, "producer", "mhc");
+    write_str_attr(*f, "version", MHC_VERSION);
+    fill(*f);
+    f->close();
+  } catch (const H5::Exception&) {
+    std::string cause = h5_cause();
+    // After a failed write (EFBIG) libhdf5 1.10 fails closing the file again, printing from
+    // the C++ destructor and crashing at shutdown: leave it open; the error ends the process.
+    (void)f.release();
+    fail(path, ": cannot write (", cause, ")");
   }
   out.commit();
 }

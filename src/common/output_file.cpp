@@ -97,6 +97,7 @@ void remove_temp_on_signal() {
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  signal(SIGXFSZ, SIG_IGN);  // past a file-size limit, write() fails with EFBIG: an error, not a kill
 }
 
 }  // namespace mhc

@@ -26,7 +26,8 @@ class OutputFile {
 };
 
 // Installs the SIGINT/SIGTERM/SIGHUP handler that removes the current temporary file and
-// exits with 128 + the signal number. main() calls it once.
+// exits with 128 + the signal number, and ignores SIGXFSZ so that a file-size limit is a
+// write error (EFBIG). main() calls it once.
 void remove_temp_on_signal();
 
 }  // namespace mhc
