@@ -16,6 +16,10 @@
 
 namespace mhc {
 
+// Element loops run on all threads in fixed pieces of this many elements, merged in order:
+// the same report bits on any thread count.
+constexpr int64_t kElementChunk = int64_t(1) << 16;
+
 enum class Status { ok, diverged, inherited, missing, unknown, format };
 const char* status_name(Status s);
 

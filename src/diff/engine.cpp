@@ -86,7 +86,7 @@ StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, s
     double num = 0, den = 0, worst = -1, max_rel = 0;
     int64_t worst_i = 0, nan_a = 0, inf_a = 0, nan_b = 0, inf_b = 0;
   };
-  const int64_t n = b.size(), chunk = int64_t(1) << 16, chunks = (n + chunk - 1) / chunk;
+  const int64_t n = b.size(), chunk = kElementChunk, chunks = (n + chunk - 1) / chunk;
   std::vector<Part> parts(static_cast<size_t>(chunks));
   err.assign(size_t(n), 0);
 #pragma omp parallel for schedule(static)

@@ -29,12 +29,12 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
   int64_t toward = 0, away = 0, ties = 0, not_even = 0, differ = 0, unexplained = 0;
   double widest = 0;  // the farthest an unexplained flip lies beyond its tie, in steps
   // the bias is summed in fixed chunks, then in chunk order: the same bits on any thread count
-  const int64_t n = a.size(), chunk = int64_t(1) << 16, chunks = (n + chunk - 1) / chunk;
+  const int64_t n = a.size(), chunk = kElementChunk, chunks = (n + chunk - 1) / chunk;
   std::vector<double> bias(static_cast<size_t>(chunks), 0.0);
 #pragma omp parallel for schedule(static) reduction(+ : toward, away, ties, not_even, differ, unexplained) \
     reduction(max : widest)
-  for (int64_t c = 0; c < chunks; ++c)
-  for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
+  for (int64_t c = 0; c < chunks; ++c)  // body: one element i of chunk c
+    for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
     double v = a.at(i), e = exact.at(i);
     if (!std::isfinite(v) || !std::isfinite(e)) continue;
     double rounded = as_bf16(e);
