@@ -148,6 +148,36 @@ TEST_SUITE("determinism") {
   }
 }
 
+TEST_SUITE("determinism") {
+  TEST_CASE("run in token chunks: the same bits as in one piece") {
+    Problem p = parse_shape("700,3,200");  // three blocks of kTokenBlock, the last one partial
+    Case in = generate_case(p, 5, true);
+    for (Arith arith : {Arith(Precision::fp32), Arith(Precision::fp64), plain_arith(Accuracy::fp32)}) {
+      Case whole = in;
+      cpu_run(whole, arith);
+      for (int64_t chunk : {kTokenBlock, 2 * kTokenBlock}) {
+        TokenSums sums;
+        std::map<std::string, std::vector<uint8_t>> joined;  // per-token stages, chunk after chunk
+        Case last;
+        for (int64_t t0 = 0; t0 < p.T(); t0 += chunk) {
+          Case c = in.token_slice(t0, std::min(p.T(), t0 + chunk));
+          cpu_run_chunk(c, arith, sums);
+          for (auto& [name, t] : c.t) joined[name].insert(joined[name].end(), t.bytes.begin(), t.bytes.end());
+          last = std::move(c);
+        }
+        cpu_finish(last, sums, arith);
+        for (const Stage& s : stage_table()) {
+          if (s.group == Group::inputs) continue;
+          INFO("stage ", s.name, ", chunks of ", chunk, " tokens, plain ", arith.plain);
+          const auto& want = whole.get(s.name).bytes;
+          if (is_token_sum(s)) CHECK(last.get(s.name).bytes == want);
+          else CHECK(std::equal(want.begin(), want.end(), joined[s.name].begin(), joined[s.name].end()));
+        }
+      }
+    }
+  }
+}
+
 TEST_SUITE("hdf5") {
   TEST_CASE("bf16 conversion rounds to nearest even") {
     CHECK(float_to_bf16(1.0f).bits == 0x3f80);

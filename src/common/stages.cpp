@@ -121,6 +121,9 @@ DType stored_dtype(const Stage& s, Precision prec) {
   return prec == Precision::fp64 && s.group != Group::inputs ? DType::f64 : s.dtype;
 }
 
+bool per_token(const Stage& s) { return !s.dims.empty() && s.dims[0] == Dim::tok; }
+bool is_token_sum(const Stage& s) { return s.group == Group::backward && !per_token(s); }
+
 const std::vector<std::string>& gradient_inputs() {
   static const std::vector<std::string> g = {"dh_in", "dh_post", "dh_res"};
   return g;

@@ -43,6 +43,15 @@ double case_bytes(const Problem& p);
 std::string dataset_path(const Stage& s);           // "/forward/h_mix"
 DType stored_dtype(const Stage& s, Precision prec);
 
+// Tokens are processed in blocks of this many: sums over tokens add block by block in order
+// (the same bits for any chunking that starts chunks at multiples of it), and the diff
+// measures a per-token stage's limits per block (docs/diff.md).
+constexpr int64_t kTokenBlock = 256;
+
+bool per_token(const Stage& s);    // its first axis is the token axis ([T,..] or [B,S,..])
+bool is_token_sum(const Stage& s);  // a sum over all tokens: dphi, dalpha, dbias, dgamma
+inline bool is_token_sum(std::string_view name) { const Stage* s = find_stage(name); return s && is_token_sum(*s); }
+
 // The three upstream gradients; backward runs when all are present.
 const std::vector<std::string>& gradient_inputs();
 bool is_gradient_input(const std::string& name);

@@ -33,4 +33,16 @@ void cpu_stage_into(const std::string& name, const Problem& p, const TensorMap& 
 // Computes the stages of `pass` (backward needs the gradients and, alone, the forward stages).
 void cpu_run(Case& c, Arith arith, Pass pass = Pass::both);
 
+// The sums over tokens (dphi before gamma, dalpha, dbias, dgamma) of the chunks run so far,
+// in the arithmetic's type.
+struct TokenSums {
+  TensorMap acc;
+};
+
+// cpu_run in token chunks: each chunk (a case of its tokens; chunks in order, each starting at
+// a multiple of kTokenBlock) gets its per-token stages and adds to `sums`; cpu_finish then
+// writes the sums over tokens into `c`. The same bits as cpu_run on the whole case.
+void cpu_run_chunk(Case& chunk, Arith arith, TokenSums& sums, Pass pass = Pass::both);
+void cpu_finish(Case& c, const TokenSums& sums, Arith arith);
+
 }  // namespace mhc

@@ -10,7 +10,6 @@ namespace mhc {
 namespace {
 
 constexpr int64_t kTokChunk = 32;     // tokens per parallel work item
-constexpr int64_t kRedChunk = 256;    // tokens per GEMM step in reductions over tokens
 constexpr int64_t kColSlice = 256;    // columns per work item in reductions over tokens
 
 template <class R> using Mat = Eigen::Matrix<R, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -346,42 +345,83 @@ template <class R> void dx(const Problem& p, const TensorMap& in, Tensor& out) {
   }
 }
 
-// dphi[N,K] = sum_t dh_mix[t,:]^T (x ⊙ gamma)[t,:]; per column slice, token chunks in order
-template <class R> void dphi(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
+// ---------------------------------------------------------------- sums over tokens
+// Each adds the tokens of `p` to `acc`, which is carried from one token chunk to the next
+// (TokenSums). The golden sums each kTokenBlock tokens on their own and adds the block to acc
+// in order; plain evaluations continue one chain. So a case run in chunks that start at
+// multiples of kTokenBlock gives the same bits as the case run in one piece.
+
+// acc[N,K] += sum_t dh_mix[t,:]^T x[t,:]  (gamma applied at the end: dphi = acc ⊙ gamma)
+template <class R> void dphi_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), K = p.K(), N = p.N();
   As<R> dhm(dep(in, "dh_mix"));
-  std::vector<R> g = all_as<R>(dep(in, "gamma"));
-  R* o = out.data<R>();
 #pragma omp parallel
   {
-    std::vector<R> v(static_cast<size_t>(kRedChunk * kColSlice));
-    Mat<R> acc;
+    std::vector<R> v(static_cast<size_t>(kTokenBlock * kColSlice));
+    Mat<R> s;
 #pragma omp for schedule(static)
     for (int64_t k0 = 0; k0 < K; k0 += kColSlice) {
       int64_t w = std::min(kColSlice, K - k0);
-      acc.setZero(N, w);
-      for (int64_t t0 = 0; t0 < T; t0 += kRedChunk) {
-        int64_t rows = std::min(kRedChunk, T - t0);
+      s.resize(N, w);
+      for (int64_t j = 0; j < N; ++j)
+        for (int64_t c = 0; c < w; ++c) s(j, c) = acc[j * K + k0 + c];
+      for (int64_t t0 = 0; t0 < T; t0 += kTokenBlock) {
+        int64_t rows = std::min(kTokenBlock, T - t0);
         block_as(x, K, t0, t0 + rows, k0, k0 + w, v.data());
         if (!a.plain) {
-          acc.noalias() += MapC<R>(dhm.p + t0 * N, rows, N).transpose() * MapC<R>(v.data(), rows, w);
+          s.noalias() += MapC<R>(dhm.p + t0 * N, rows, N).transpose() * MapC<R>(v.data(), rows, w);
           continue;
         }
         for (int64_t r = 0; r < rows; ++r)  // one chain over tokens per (j, k)
           for (int64_t j = 0; j < N; ++j) {
             R c = operand(dhm.p[(t0 + r) * N + j], a.operands);
-            for (int64_t cc = 0; cc < w; ++cc) acc(j, cc) += c * v[size_t(r * w + cc)];
+            for (int64_t cc = 0; cc < w; ++cc) s(j, cc) += c * v[size_t(r * w + cc)];
           }
       }
       for (int64_t j = 0; j < N; ++j)
-        for (int64_t c = 0; c < w; ++c) o[j * K + k0 + c] = acc(j, c) * g[size_t(k0 + c)];
+        for (int64_t c = 0; c < w; ++c) acc[j * K + k0 + c] = s(j, c);
     }
   }
 }
 
-// dalpha[3] = sum_t [g_pre·t_pre, g_post·t_post, g_res·t_res], t = h_mix·inv_rms
-template <class R> void dalpha(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
+// acc[K] += sum_t x[t,k] dvecX[t,k]
+template <class R> void dgamma_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
+  const Tensor& x = dep(in, "x");
+  const int64_t T = p.T(), K = p.K();
+  As<R> dv(dep(in, "dvecX"));
+#pragma omp parallel
+  {
+    std::vector<R> v(static_cast<size_t>(kTokenBlock * kColSlice)), part(static_cast<size_t>(kColSlice));
+#pragma omp for schedule(static)
+    for (int64_t k0 = 0; k0 < K; k0 += kColSlice) {
+      int64_t w = std::min(kColSlice, K - k0);
+      for (int64_t t0 = 0; t0 < T; t0 += kTokenBlock) {
+        int64_t rows = std::min(kTokenBlock, T - t0);
+        R* s = a.plain ? acc + k0 : part.data();
+        if (!a.plain) std::fill(part.begin(), part.end(), R(0));
+        block_as(x, K, t0, t0 + rows, k0, k0 + w, v.data());
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t c = 0; c < w; ++c) s[c] += v[size_t(r * w + c)] * dv.p[(t0 + r) * K + k0 + c];
+        if (!a.plain)
+          for (int64_t c = 0; c < w; ++c) acc[k0 + c] += part[size_t(c)];
+      }
+    }
+  }
+}
+
+// acc[m] += sum_t per[t,m] for per [T,M]: pairwise within each block of tokens (plain: one chain)
+template <class R> void add_over_tokens(const std::vector<R>& per, int64_t T, int64_t M, const Arith& a, R* acc) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t t0 = 0; t0 < T; t0 += kTokenBlock) {
+      int64_t rows = std::min(kTokenBlock, T - t0);
+      acc[m] = a.plain ? acc[m] + sum_in_order(per.data() + t0 * M + m, rows, M, a)
+                       : acc[m] + pairwise_sum(per.data() + t0 * M + m, rows, M);
+    }
+}
+
+// acc[3] += sum_t [g_pre·t_pre, g_post·t_post, g_res·t_res], t = h_mix·inv_rms
+template <class R> void dalpha_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
   const int64_t T = p.T(), N = p.N(), n = p.n;
   GateGrads<R> gg(p, in);
   As<R> hm(dep(in, "h_mix")), ir(dep(in, "inv_rms"));
@@ -392,46 +432,36 @@ template <class R> void dalpha(const Problem& p, const TensorMap& in, const Arit
     for (int64_t j = 0; j < N; ++j) s[j < n ? 0 : j < 2 * n ? 1 : 2] += g[size_t(j)] * hm.p[t * N + j] * ir.p[t];
     for (int k = 0; k < 3; ++k) per[size_t(t * 3 + k)] = s[k];
   }
-  R r[3];
-  for (int k = 0; k < 3; ++k) r[k] = sum_in_order(per.data() + k, T, 3, a);
-  store(out, 0, r, 3);
+  add_over_tokens(per, T, 3, a, acc);
 }
 
-// dbias[N] = sum_t g[t,:]
-template <class R> void dbias(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
+// acc[N] += sum_t g[t,:]
+template <class R> void dbias_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
   const int64_t T = p.T(), N = p.N();
   GateGrads<R> gg(p, in);
-  std::vector<R> per(static_cast<size_t>(T * N)), r(static_cast<size_t>(N));
+  std::vector<R> per(static_cast<size_t>(T * N));
   for (int64_t t = 0; t < T; ++t) gg(t, &per[size_t(t * N)]);
-  for (int64_t j = 0; j < N; ++j) r[size_t(j)] = sum_in_order(per.data() + j, T, N, a);
-  store(out, 0, r.data(), N);
+  add_over_tokens(per, T, N, a, acc);
 }
 
-// dgamma[K] = sum_t x[t,k] dvecX[t,k]; per column slice, chunks of tokens in order (plain: one chain)
-template <class R> void dgamma(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
-  const Tensor& x = dep(in, "x");
-  const int64_t T = p.T(), K = p.K();
-  As<R> dv(dep(in, "dvecX"));
-  R* o = out.data<R>();
-#pragma omp parallel
-  {
-    std::vector<R> v(static_cast<size_t>(kRedChunk * kColSlice)), part(static_cast<size_t>(kColSlice));
-#pragma omp for schedule(static)
-    for (int64_t k0 = 0; k0 < K; k0 += kColSlice) {
-      int64_t w = std::min(kColSlice, K - k0);
-      std::fill(o + k0, o + k0 + w, R(0));
-      for (int64_t t0 = 0; t0 < T; t0 += kRedChunk) {
-        int64_t rows = std::min(kRedChunk, T - t0);
-        R* acc = a.plain ? o + k0 : part.data();
-        if (!a.plain) std::fill(part.begin(), part.end(), R(0));
-        block_as(x, K, t0, t0 + rows, k0, k0 + w, v.data());
-        for (int64_t r = 0; r < rows; ++r)
-          for (int64_t c = 0; c < w; ++c) acc[c] += v[size_t(r * w + c)] * dv.p[(t0 + r) * K + k0 + c];
-        if (!a.plain)
-          for (int64_t c = 0; c < w; ++c) o[k0 + c] += part[size_t(c)];
-      }
-    }
+template <class R> void sum_add(const std::string& s, const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
+  if (s == "dphi") return dphi_add<R>(p, in, a, acc);
+  if (s == "dalpha") return dalpha_add<R>(p, in, a, acc);
+  if (s == "dbias") return dbias_add<R>(p, in, a, acc);
+  if (s == "dgamma") return dgamma_add<R>(p, in, a, acc);
+  MHC_CHECK(false, "no sum over tokens for stage ", s);
+}
+
+// The stage from its accumulated sum: dphi takes gamma here, the others are the sum itself.
+template <class R> void sum_finish(const std::string& s, const Problem& p, const TensorMap& in, const R* acc, Tensor& out) {
+  const int64_t size = out.size();
+  std::vector<R> r(acc, acc + size);
+  if (s == "dphi") {
+    std::vector<R> g = all_as<R>(dep(in, "gamma"));
+    const int64_t K = p.K();
+    for (int64_t i = 0; i < size; ++i) r[size_t(i)] *= g[size_t(i % K)];
   }
+  store(out, 0, r.data(), size);
 }
 
 template <class R> void compute(const std::string& s, const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
@@ -444,10 +474,11 @@ template <class R> void compute(const std::string& s, const Problem& p, const Te
   if (s == "dinv_rms") return dinv_rms<R>(p, in, out);
   if (s == "dvecX") return dvecX<R>(p, in, a, out);
   if (s == "dx") return dx<R>(p, in, out);
-  if (s == "dphi") return dphi<R>(p, in, a, out);
-  if (s == "dalpha") return dalpha<R>(p, in, a, out);
-  if (s == "dbias") return dbias<R>(p, in, a, out);
-  if (s == "dgamma") return dgamma<R>(p, in, a, out);
+  if (is_token_sum(s)) {
+    std::vector<R> acc(static_cast<size_t>(out.size()), R(0));
+    sum_add<R>(s, p, in, a, acc.data());
+    return sum_finish<R>(s, p, in, acc.data(), out);
+  }
   MHC_CHECK(false, "no CPU function for stage ", s);
 }
 
@@ -468,16 +499,43 @@ Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in,
   return out;
 }
 
-void cpu_run(Case& c, Arith a, Pass pass) {
+void cpu_run_chunk(Case& c, Arith a, TokenSums& sums, Pass pass) {
   for (const Stage& s : stage_table()) {
     bool want = s.group == Group::forward ? pass != Pass::bwd
                 : s.group == Group::backward ? pass != Pass::fwd && c.has_gradients()
                                              : false;
     if (!want) continue;
-    cpu_stage_into(s.name, c.prob, c.t, a, c.t[s.name]);  // reuses the tensor's memory
+    if (!is_token_sum(s)) {
+      cpu_stage_into(s.name, c.prob, c.t, a, c.t[s.name]);  // reuses the tensor's memory
+      continue;
+    }
+    Tensor& acc = sums.acc[s.name];
+    if (acc.bytes.empty()) {
+      acc = Tensor(stage_shape(s, c.prob), a.prec == Precision::fp32 ? DType::f32 : DType::f64);
+      std::fill(acc.bytes.begin(), acc.bytes.end(), uint8_t(0));
+    }
+    a.prec == Precision::fp32 ? sum_add<float>(s.name, c.prob, c.t, a, acc.data<float>())
+                              : sum_add<double>(s.name, c.prob, c.t, a, acc.data<double>());
   }
   c.attrs["backend"] = "cpu";
   c.attrs["precision"] = precision_name(a.prec);
+}
+
+void cpu_finish(Case& c, const TokenSums& sums, Arith a) {
+  for (auto& [name, acc] : sums.acc) {
+    const Stage& s = stage(name);
+    Tensor& out = c.t[name];
+    DType dt = a.plain ? DType::f32 : stored_dtype(s, a.prec);
+    if (out.shape != acc.shape || out.dtype != dt) out = Tensor(acc.shape, dt);
+    a.prec == Precision::fp32 ? sum_finish<float>(name, c.prob, c.t, acc.data<float>(), out)
+                              : sum_finish<double>(name, c.prob, c.t, acc.data<double>(), out);
+  }
+}
+
+void cpu_run(Case& c, Arith a, Pass pass) {
+  TokenSums sums;
+  cpu_run_chunk(c, a, sums, pass);
+  cpu_finish(c, sums, a);
 }
 
 }  // namespace mhc
