@@ -176,27 +176,65 @@ bool narrower_than_f32(const H5::FloatType& ft) {
   return esize < 8 || msize < 23;
 }
 
-// Reads a float dataset keeping bf16/float32/float64; other float formats come as float64,
-// their type's name in *stored when they are narrower than float32. `check` sees the
-// declared shape before anything is read or allocated.
-Tensor read_float(const H5::H5File& f, const std::string& file, const std::string& path, std::string* stored = nullptr,
-                  const std::function<void(const Shape&)>& check = nullptr) {
-  H5::DataSet ds = open_dataset(f, file, path);
-  if (ds.getTypeClass() != H5T_FLOAT)
-    fail(file, ": ", path, ": expected a floating-point dataset, found ", class_name(ds.getTypeClass()));
-  H5::FloatType ft = ds.getFloatType();
+// A float dataset, opened and checked: bf16/float32/float64 are read as they are, other
+// float formats as float64 (`stored` names those narrower than float32). `check` sees the
+// declared shape before anything is read; `whole`: the whole dataset must fit in memory.
+struct FloatDataset {
+  H5::DataSet ds;
+  Shape shape;
+  DType dt = DType::f64;
+  std::string stored;
+};
+
+FloatDataset open_float(const H5::H5File& f, const std::string& file, const std::string& path, bool whole = true,
+                        const std::function<void(const Shape&)>& check = nullptr) {
+  FloatDataset d;
+  d.ds = open_dataset(f, file, path);
+  if (d.ds.getTypeClass() != H5T_FLOAT)
+    fail(file, ": ", path, ": expected a floating-point dataset, found ", class_name(d.ds.getTypeClass()));
+  H5::FloatType ft = d.ds.getFloatType();
   std::string name = float_type_name(ft);
-  DType dt = name == "bfloat16" ? DType::bf16 : name == "float32" ? DType::f32 : DType::f64;
-  if (stored && dt == DType::f64 && name != "float64" && narrower_than_f32(ft)) *stored = name;
-  Shape shape = dataset_shape(ds, file, path);
-  if (check) check(shape);
-  check_compact(ds, shape, file, path);
+  d.dt = name == "bfloat16" ? DType::bf16 : name == "float32" ? DType::f32 : DType::f64;
+  if (d.dt == DType::f64 && name != "float64" && narrower_than_f32(ft)) d.stored = name;
+  d.shape = dataset_shape(d.ds, file, path, whole);
+  if (check) check(d.shape);
+  check_compact(d.ds, d.shape, file, path);
   H5D_space_status_t status;
-  if (numel(shape) > 0 && H5Dget_space_status(ds.getId(), &status) >= 0 && status == H5D_SPACE_STATUS_NOT_ALLOCATED &&
-      ds.getStorageSize() == 0)
-    fail(file, ": ", path, ": declared ", shape_str(shape), " but never written (no data stored)");
-  Tensor t(shape, dt);
-  if (t.size()) read_into(ds, mem_type(dt).getId(), H5S_ALL, H5S_ALL, t.bytes.data(), file, path);
+  if (numel(d.shape) > 0 && H5Dget_space_status(d.ds.getId(), &status) >= 0 &&
+      status == H5D_SPACE_STATUS_NOT_ALLOCATED && d.ds.getStorageSize() == 0)
+    fail(file, ": ", path, ": declared ", shape_str(d.shape), " but never written (no data stored)");
+  return d;
+}
+
+Tensor read_all(const FloatDataset& d, const std::string& file, const std::string& path) {
+  dataset_shape(d.ds, file, path, true);  // the memory check
+  Tensor t(d.shape, d.dt);
+  if (t.size()) read_into(d.ds, mem_type(d.dt).getId(), H5S_ALL, H5S_ALL, t.bytes.data(), file, path);
+  return t;
+}
+
+// Tokens [t0, t1) of the flattened token axis of a dataset whose first `lead` axes are the
+// tokens: one box per batch row for [B,S,..] layouts.
+Tensor read_tokens(const FloatDataset& d, size_t lead, int64_t t0, int64_t t1, const std::string& file,
+                   const std::string& path) {
+  const size_t rank = d.shape.size();
+  Shape shape = {t1 - t0};
+  shape.insert(shape.end(), d.shape.begin() + int64_t(lead), d.shape.end());
+  Tensor t(shape, d.dt);
+  const int64_t per = t1 > t0 ? t.size() / (t1 - t0) : 0, seq = lead == 2 ? d.shape[1] : t1;
+  H5::DataSpace file_space = d.ds.getSpace();
+  for (int64_t at = t0; at < t1 && per > 0;) {
+    std::vector<hsize_t> start(rank, 0), count(d.shape.begin(), d.shape.end());
+    const int64_t rows = std::min(seq - at % seq, t1 - at);
+    if (lead == 2) start[0] = hsize_t(at / seq), count[0] = 1;
+    start[lead - 1] = hsize_t(at % seq), count[lead - 1] = hsize_t(rows);
+    file_space.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
+    hsize_t elements = hsize_t(rows * per);
+    H5::DataSpace mem(1, &elements);
+    read_into(d.ds, mem_type(d.dt).getId(), mem.getId(), file_space.getId(),
+              t.bytes.data() + size_t((at - t0) * per) * dtype_size(d.dt), file, path);
+    at += rows;
+  }
   return t;
 }
 
@@ -213,7 +251,8 @@ std::vector<std::string> dataset_paths(const H5::H5File& f, const std::string& f
 }
 
 // Rounds an input to the dtype the stage table gives it, counting what changed.
-Tensor to_input_dtype(const Tensor& raw, DType want, const std::string& where, const LoadOptions& opt) {
+Tensor to_input_dtype(const Tensor& raw, DType want, const std::string& where, const LoadOptions& opt,
+                      bool* warned = nullptr) {
   Tensor t = convert(raw, want);
   int64_t inexact = 0, nan = 0, inf = 0;
   for (int64_t i = 0; i < t.size(); ++i) {
@@ -225,6 +264,7 @@ Tensor to_input_dtype(const Tensor& raw, DType want, const std::string& where, c
   if (inexact && opt.strict)
     fail(where, inexact, " of ", t.size(), " values are not exactly representable in ", dtype_name(want),
          " (--strict)");
+  if (warned) *warned = inexact && !opt.quiet;
   if (inexact && !opt.quiet)
     std::cerr << "mhc: warning: " << where << inexact << " of " << t.size() << " values rounded to "
               << dtype_name(want) << " (nearest even)\n";
@@ -247,7 +287,17 @@ double read_eps(const H5::Group& g, const char* name, double dflt, const std::st
   return v;
 }
 
-void load_inputs(const H5::H5File& f, const std::string& file, const LoadOptions& opt, Case& c) {
+// A per-token dataset that chunks are read from.
+struct TokenDataset {
+  const Stage* stage;
+  std::string path;
+  FloatDataset data;
+  bool fits;  // stored in the schema's shape (else the diff reports it as a format problem)
+};
+
+// Validates /inputs, reads the parameters into c and lists the per-token inputs in `tok`.
+void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOptions& opt, Case& c,
+                      std::vector<TokenDataset>& tok) {
   if (!link_exists(f, file, "/inputs"))
     fail(file, ": /inputs: missing group (expected an mhc case; see docs/schema.md)");
   auto where = [&](const Stage& s) { return cat(file, ": ", dataset_path(s), ": "); };
@@ -255,7 +305,7 @@ void load_inputs(const H5::H5File& f, const std::string& file, const LoadOptions
   const Stage& xs = stage("x");
   if (!link_exists(f, file, dataset_path(xs)))
     fail(where(xs), "missing dataset (expected bfloat16 [T,n,D] or [B,S,n,D])");
-  Shape xshape = dataset_shape(open_dataset(f, file, dataset_path(xs)), file, dataset_path(xs));
+  Shape xshape = dataset_shape(open_dataset(f, file, dataset_path(xs)), file, dataset_path(xs), false);
   if (xshape.size() != 3 && xshape.size() != 4)
     fail(where(xs), "expected rank 3 [T,n,D] or 4 [B,S,n,D], found ", shape_str(xshape));
   if (numel(xshape) == 0) fail(where(xs), "zero-size dimension in ", shape_str(xshape));
@@ -263,9 +313,8 @@ void load_inputs(const H5::H5File& f, const std::string& file, const LoadOptions
   c.prob.n = xshape[xshape.size() - 2];
   c.prob.D = xshape.back();
   if (double need = case_bytes(c.prob) * opt.memory_factor; need > double(memory_limit()))
-    fail(file, ": ", c.prob.str(), " needs about ", need / 1e9, " GB for this command, more than the memory limit of ",
+    fail(where(xs), c.prob.str(), " needs about ", need / 1e9, " GB for this command, more than the memory limit of ",
          double(memory_limit()) / 1e9, " GB (MHC_MAX_MEMORY=BYTES to change it)");
-  Tensor x = read_float(f, file, dataset_path(xs));
 
   for (const Stage& s : stage_table()) {
     if (s.group != Group::inputs) continue;
@@ -289,12 +338,13 @@ void load_inputs(const H5::H5File& f, const std::string& file, const LoadOptions
       fail(where(s), "expected shape ", stage_shape_str(s), " = ", shape_str(want), " (n=", c.prob.n,
            ", D=", c.prob.D, " from /inputs/x), found ", shape_str(found), hint);
     };
-    Tensor raw = s.name == std::string("x") ? x : read_float(f, file, dataset_path(s), nullptr, check);
-    c.t[s.name] = to_input_dtype(raw, s.dtype, where(s), opt);
+    FloatDataset d = open_float(f, file, dataset_path(s), !per_token(s), check);
+    if (per_token(s)) tok.push_back({&s, dataset_path(s), d, true});
+    else c.t[s.name] = to_input_dtype(read_all(d, file, dataset_path(s)), s.dtype, where(s), opt);
   }
 
   int grads = 0;
-  for (auto& g : gradient_inputs()) grads += c.has(g);
+  for (const TokenDataset& t : tok) grads += is_gradient_input(t.stage->name);
   if (grads != 0 && grads != 3)
     fail(file, ": /inputs: ", grads, " of the 3 gradients dh_in, dh_post, dh_res present: backward needs all three",
          " (or none, for forward only)");
@@ -334,15 +384,18 @@ std::map<std::string, std::string> read_root_attrs(const H5::H5File& f) {
   return attrs;
 }
 
-void load_outputs(const H5::H5File& f, const std::string& file, Case& c) {
+// Reads the sums over tokens into c, lists the per-token stages in `tok`, and notes
+// datasets that are not in the schema.
+void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, std::vector<TokenDataset>& tok) {
   for (const std::string& path : dataset_paths(f, file)) {
     std::string group = path.substr(0, path.rfind('/'));
     const Stage* s = find_stage(path.substr(path.rfind('/') + 1));
     if (s && path == dataset_path(*s)) {
       if (s->group == Group::inputs) continue;
-      std::string stored;
-      c.t[s->name] = read_float(f, file, path, &stored);
-      if (!stored.empty()) c.stored_as[s->name] = stored;
+      FloatDataset d = open_float(f, file, path, !per_token(*s));
+      if (!d.stored.empty()) c.stored_as[s->name] = d.stored;
+      if (per_token(*s)) tok.push_back({s, path, d, d.shape == stage_shape(*s, c.prob)});
+      else c.t[s->name] = read_all(d, file, path);
     } else if (group.empty() || group == "/inputs" || group == "/forward" || group == "/backward") {
       c.unknown.push_back(path);  // other groups are the user's own
     }
@@ -371,16 +424,77 @@ void write_str_attr(H5::H5Object& o, const std::string& key, const std::string& 
 
 }  // namespace
 
-Case load_case(const std::string& path, const LoadOptions& opt, bool outputs) {
-  H5::H5File f = open_h5(path);
-  Case c;
+struct CaseReader::Impl {
+  Impl(const std::string& p, const LoadOptions& o) : path(p), opt(o), f(open_h5(p)) {}
+  std::string path;
+  LoadOptions opt;
+  H5::H5File f;
+  std::vector<TokenDataset> tok;
+  std::set<std::string> warned;  // inputs whose rounding was reported already
+};
+
+CaseReader::CaseReader(const std::string& path, const LoadOptions& opt, bool outputs) : impl_(new Impl(path, opt)) {
+  Impl& m = *impl_;
   try {
-    load_inputs(f, path, opt, c);
-    if (outputs) load_outputs(f, path, c);
+    read_inputs_head(m.f, path, opt, head_, m.tok);
+    if (outputs) read_outputs_head(m.f, path, head_, m.tok);
   } catch (const H5::Exception& e) {
     fail(path, ": read error in ", e.getFuncName(), " (truncated or corrupt file?)");
   }
+}
+
+CaseReader::~CaseReader() = default;
+
+Case CaseReader::chunk(int64_t t0, int64_t t1) { return read(t0, t1, false); }
+
+Case CaseReader::read(int64_t t0, int64_t t1, bool whole) {
+  Impl& m = *impl_;
+  const int64_t T = head_.prob.T();
+  MHC_CHECK(0 <= t0 && t0 < t1 && t1 <= T, "token chunk ", t0, ":", t1, " of ", T);
+  Case c;
+  c.prob = head_.prob;
+  if (!whole) c.prob.tokens = {t1 - t0};
+  c.attrs = head_.attrs, c.stored_as = head_.stored_as, c.unknown = head_.unknown;
+  for (auto& [name, t] : head_.t)
+    if (stage(name).group == Group::inputs) c.t[name] = t;
+  const std::string range = T == t1 - t0 ? "" : cat("tokens ", t0, "..", t1 - 1, ": ");
+  try {
+    for (const TokenDataset& k : m.tok) {
+      const std::string name = k.stage->name;
+      if (!k.fits) {  // shape-only, or whole when the whole case is read
+        Tensor t;
+        if (whole) t = read_all(k.data, m.path, k.path);
+        else t.shape = k.data.shape, t.dtype = k.data.dt;
+        c.t[name] = std::move(t);
+        continue;
+      }
+      Tensor raw = read_tokens(k.data, head_.prob.tokens.size(), t0, t1, m.path, k.path);
+      if (whole) raw.shape = k.data.shape;
+      if (k.stage->group != Group::inputs) {
+        c.t[name] = std::move(raw);
+        continue;
+      }
+      LoadOptions o = m.opt;
+      o.quiet = o.quiet || m.warned.count(name);
+      bool warned = false;
+      c.t[name] = to_input_dtype(raw, k.stage->dtype, cat(m.path, ": ", k.path, ": ", range), o, &warned);
+      if (warned) m.warned.insert(name);
+    }
+  } catch (const H5::Exception& e) {
+    fail(m.path, ": read error in ", e.getFuncName(), " (", h5_cause(), ")");
+  }
   return c;
+}
+
+Case CaseReader::whole() {
+  Case c = read(0, head_.prob.T(), true);
+  for (auto& [name, t] : head_.t)
+    if (stage(name).group != Group::inputs) c.t[name] = t;
+  return c;
+}
+
+Case load_case(const std::string& path, const LoadOptions& opt, bool outputs) {
+  return CaseReader(path, opt, outputs).whole();
 }
 
 namespace {

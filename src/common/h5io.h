@@ -3,6 +3,8 @@
 // Every failure is a UserError naming the file and dataset. Writes go to a temporary
 // file in the target directory and are renamed into place, so no partial output survives.
 #pragma once
+#include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,7 +19,7 @@ struct LoadOptions {
   bool strict = false;           // values that need rounding to the input dtype are an error
   bool allow_nonfinite = false;  // NaN/Inf in inputs are an error unless set
   bool quiet = false;            // no rounding warnings on stderr
-  double memory_factor = 2;      // copies of the whole case the command holds (diff: more)
+  double memory_factor = 2;      // copies of the whole case the command holds (diff: more; 0 when it streams)
 };
 
 // Bytes mhc may allocate: MHC_MAX_MEMORY if set, else the machine's available memory.
@@ -27,6 +29,33 @@ uint64_t memory_limit();
 // Reads /inputs (validated against the stage table) and, when `outputs`, every
 // /forward and /backward dataset present, kept in its stored dtype and shape.
 Case load_case(const std::string& path, const LoadOptions& opt, bool outputs);
+
+// Reads a case token chunk by token chunk (HDF5 hyperslabs), for commands whose memory must
+// not grow with T. The constructor validates the file as load_case does and reads what is
+// not per token: parameters and, with `outputs`, the sums over tokens.
+class CaseReader {
+ public:
+  CaseReader(const std::string& path, const LoadOptions& opt, bool outputs);
+  ~CaseReader();
+  CaseReader(const CaseReader&) = delete;
+  CaseReader& operator=(const CaseReader&) = delete;
+
+  // The problem, parameters, sums over tokens, attributes, unknown datasets and stored types.
+  const Case& head() const { return head_; }
+  // Tokens [t0, t1) of the flattened token axis as a case of layout [t1 - t0], like
+  // Case::token_slice: inputs, parameters and per-token stages; no sums over tokens. A stage
+  // stored in another shape than the schema's comes as a shape-only tensor (no bytes), for
+  // the diff to report as a format problem.
+  Case chunk(int64_t t0, int64_t t1);
+  // Everything, in the file's own token layout (what load_case returns).
+  Case whole();
+
+ private:
+  Case read(int64_t t0, int64_t t1, bool whole);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  Case head_;
+};
 
 // Writes the case atomically: a temporary file beside path, then renamed into place;
 // without `replace`, linked into place so that of two racing writers exactly one wins.
