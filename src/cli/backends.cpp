@@ -59,6 +59,7 @@ std::string version_string() {
 void cuda_run(Case&, Pass, bool) { no_cuda(); }
 std::vector<double> cuda_bench(const Case&, Pass, int, int) { no_cuda(); }
 std::string cuda_device_name() { no_cuda(); }
+double cuda_copy_gbps() { no_cuda(); }
 #endif
 
 void run_backend(const BackendSpec& b, Case& c, Pass pass, bool dump_intermediates) {

@@ -1,5 +1,6 @@
 // cuda_backend.cu — host side of the CUDA backend: device memory, uploads, launches,
 // downloads, timing. Kernels live in forward.cu and backward.cu.
+#include <algorithm>
 #include <memory>
 
 #include "cuda_backend.h"
@@ -148,18 +149,23 @@ void cuda_run(Case& c, Pass pass, bool dump_intermediates) {
   c.attrs["device"] = cuda_device_name();
 }
 
-std::vector<double> cuda_bench(const Case& c, Pass pass, int warmup, int repeat) {
-  const bool backward = pass != Pass::fwd;
-  DeviceCase d(c, backward, false);
+namespace {
+
+// Milliseconds of each of `repeat` calls of fn after `warmup` untimed ones, by CUDA events.
+// Before every call a buffer of 4x the L2 size is written, so no call finds its inputs in L2.
+template <class F> std::vector<double> time_flushed(int warmup, int repeat, F&& fn) {
+  int dev = 0, l2 = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev));
+  DeviceArray<unsigned char> flush(4 * size_t(l2));
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
-  if (pass == Pass::bwd) cuda::launch_forward(d.fwd, 0);  // the forward stages backward reads
   std::vector<double> ms;
   for (int i = 0; i < warmup + repeat; ++i) {
+    CUDA_CHECK(cudaMemsetAsync(flush.p, i & 0xff, flush.n));
     CUDA_CHECK(cudaEventRecord(start));
-    if (pass != Pass::bwd) cuda::launch_forward(d.fwd, 0);
-    if (backward) cuda::launch_backward(d.bwd, 0);
+    fn();
     CUDA_CHECK(cudaEventRecord(stop));
     CUDA_CHECK(cudaEventSynchronize(stop));
     float t = 0;
@@ -169,6 +175,29 @@ std::vector<double> cuda_bench(const Case& c, Pass pass, int warmup, int repeat)
   CUDA_CHECK(cudaEventDestroy(start));
   CUDA_CHECK(cudaEventDestroy(stop));
   return ms;
+}
+
+}  // namespace
+
+std::vector<double> cuda_bench(const Case& c, Pass pass, int warmup, int repeat) {
+  const bool backward = pass != Pass::fwd;
+  DeviceCase d(c, backward, false);
+  if (pass == Pass::bwd) cuda::launch_forward(d.fwd, 0);  // the forward stages backward reads
+  return time_flushed(warmup, repeat, [&] {
+    if (pass != Pass::bwd) cuda::launch_forward(d.fwd, 0);
+    if (backward) cuda::launch_backward(d.bwd, 0);
+  });
+}
+
+double cuda_copy_gbps() {
+  require_device();
+  const size_t bytes = size_t(1) << 30;
+  DeviceArray<unsigned char> src(bytes), dst(bytes);
+  CUDA_CHECK(cudaMemset(src.p, 1, bytes));
+  std::vector<double> ms =
+      time_flushed(2, 10, [&] { CUDA_CHECK(cudaMemcpyAsync(dst.p, src.p, bytes, cudaMemcpyDeviceToDevice)); });
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * double(bytes) / (ms[ms.size() / 2] * 1e-3) / 1e9;  // read + written
 }
 
 }  // namespace mhc

@@ -12,8 +12,12 @@ namespace mhc {
 // is kept only when dump_intermediates is set.
 void cuda_run(Case& c, Pass pass, bool dump_intermediates);
 
-// Milliseconds per repeat of `pass`, timed with CUDA events, data resident on the device.
+// Milliseconds per repeat of `pass`, timed with CUDA events, data resident on the device,
+// the L2 flushed before every repeat.
 std::vector<double> cuda_bench(const Case& c, Pass pass, int warmup, int repeat);
+
+// Device-to-device copy bandwidth in GB/s, bytes read + written (1 GiB, median of 10).
+double cuda_copy_gbps();
 
 // "NVIDIA H100 80GB HBM3 (sm_90)"; UserError "no CUDA device" when there is none.
 std::string cuda_device_name();
