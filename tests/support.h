@@ -93,9 +93,6 @@ inline void expect_error(const std::string& args, const std::vector<std::string>
 }
 
 // A against B under the budget measured on B's inputs.
-inline DiffReport diff(const Case& a, const Case& b, const DiffOptions& opt = {}) {
-  References refs(b);
-  return diff_cases(a, b, refs, opt);
-}
+inline DiffReport diff(const Case& a, const Case& b, const DiffOptions& opt = {}) { return diff_cases(a, b, opt); }
 
 }  // namespace mhc::test

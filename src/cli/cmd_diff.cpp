@@ -13,6 +13,7 @@
 #include "diff.h"
 #include "generate.h"
 #include "h5io.h"
+#include "stream.h"
 
 namespace mhc {
 namespace {
@@ -65,14 +66,19 @@ std::pair<int64_t, int64_t> parse_tokens(const std::string& text, int64_t T) {
 }
 
 // --dump-diff: per compared stage, A - B, the error in the stage's unit and the mismatch mask.
-void dump_diff(const std::string& path, const Case& a, const Case& b, const DiffReport& rep) {
+void dump_diff(const std::string& path, const Problem& p, const DiffReport& rep) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const StageReport& s : rep.stages) {
     if (!s.compared) continue;
-    const Tensor &ta = a.get(s.name), &tb = b.get(s.name);
-    Tensor d(tb.shape, DType::f32), e(tb.shape, DType::f32), m(tb.shape, DType::f32);
-    for (int64_t i = 0; i < tb.size(); ++i) {
-      d.data<float>()[i] = float(ta.at(i) - tb.at(i));
+    Shape shape = stage_shape(stage(s.name), p);
+    if (numel(shape) != s.count) {  // --tokens: the compared tokens only
+      const int64_t per = numel(shape) / p.T();
+      shape.erase(shape.begin(), shape.begin() + int64_t(p.tokens.size()));
+      shape.insert(shape.begin(), s.count / per);
+    }
+    Tensor d(shape, DType::f32), e(shape, DType::f32), m(shape, DType::f32);
+    for (int64_t i = 0; i < s.count; ++i) {
+      d.data<float>()[i] = s.elem_diff[size_t(i)];
       e.data<float>()[i] = s.elem_error[size_t(i)];
       m.data<float>()[i] = s.elem_mask[size_t(i)];
     }
@@ -81,6 +87,13 @@ void dump_diff(const std::string& path, const Case& a, const Case& b, const Diff
     out.emplace_back(cat("/", s.name, "/mismatch"), std::move(m));
   }
   save_tensors(path, out);
+}
+
+// The /inputs of two heads: "" when they agree (parameters, eps, shapes), else what differs.
+std::string heads_difference(const Case& a, const Case& b) {
+  const Problem &p = a.prob, &q = b.prob;
+  if (p.tokens != q.tokens || p.n != q.n || p.D != q.D) return cat("/inputs/x shape ", p.str(), " vs ", q.str());
+  return inputs_difference(a, b);
 }
 
 }  // namespace
@@ -144,72 +157,89 @@ void add_diff(CLI::App& app, int& rc) {
     bool a_backend = is_backend_side(o->a), b_backend = is_backend_side(o->b);
     LoadOptions lo;
     lo.strict = o->strict, lo.allow_nonfinite = o->allow_nonfinite;
-    lo.memory_factor = 8;  // A, B, the fp64 oracle, plain evaluations and replays
-    Case a, b;
-    if (!a_backend) a = load_case(o->a, lo, true);
-    if (!b_backend) b = load_case(o->b, lo, true);
-    if (!a_backend && !b_backend) {
-      std::string d = inputs_difference(a, b);
-      if (!d.empty() && !o->ignore_inputs)
-        fail(o->a, " and ", o->b, ": inputs differ (", d, "); use --ignore-inputs to compare anyway");
-      if (!d.empty() && (a.prob.tokens != b.prob.tokens || a.prob.n != b.prob.n || a.prob.D != b.prob.D))
-        fail(o->a, " and ", o->b, ": --ignore-inputs needs the same shapes, found ", a.prob.str(), " and ", b.prob.str());
+    lo.memory_factor = 0;  // read token chunk by token chunk
+    std::shared_ptr<Side> a_file, b_file, in;
+    if (!a_backend) a_file = file_side(o->a, lo, true);
+    if (!b_backend) b_file = file_side(o->b, lo, true);
+    std::string files_differ;  // the /inputs of two file sides, when they differ
+    if (a_file && b_file) {
+      files_differ = heads_difference(a_file->head(), b_file->head());
+      if (!files_differ.empty() && !o->ignore_inputs)
+        fail(o->a, " and ", o->b, ": inputs differ (", files_differ, "); use --ignore-inputs to compare anyway");
+      const Problem &p = a_file->head().prob, &q = b_file->head().prob;
+      if (!files_differ.empty() && (p.tokens != q.tokens || p.n != q.n || p.D != q.D))
+        fail(o->a, " and ", o->b, ": --ignore-inputs needs the same shapes, found ", p.str(), " and ", q.str());
     }
 
     for (auto* out : {&o->dump, &o->report})
       for (auto* side : {&o->a, &o->b})
         if (!out->empty()) check_output_path(*out, is_backend_spec(*side) ? "" : *side, true);
 
-    Case inputs;
     if (!o->input.empty()) {
-      inputs = load_case(o->input, lo, false);
-      for (auto [side, c, is_file] : {std::tuple{&o->a, &a, !a_backend}, std::tuple{&o->b, &b, !b_backend}})
-        if (std::string d = is_file ? inputs_difference(*c, inputs) : ""; !d.empty())
+      in = file_side(o->input, lo, false);
+      for (auto [side, f] : {std::pair{&o->a, a_file}, std::pair{&o->b, b_file}})
+        if (std::string d = f ? heads_difference(f->head(), in->head()) : ""; !d.empty())
           fail(*side, ": its /inputs differ from --input ", o->input, " (", d,
                "); a file side is compared on its own inputs: drop --input or pass the matching file");
-    } else if (!b_backend) {
-      inputs = b.inputs_only();
-    } else if (!a_backend) {
-      inputs = a.inputs_only();
+    } else if (b_file) {
+      in = b_file;
+    } else if (a_file) {
+      in = a_file;
     } else {
-      inputs = generate_case(parse_shape(o->shape), o->seed, true);
-      std::cerr << "mhc diff: no input file given; generated " << inputs.prob.str() << ", seed " << o->seed
+      Case gen = generate_case(parse_shape(o->shape), o->seed, true);
+      std::cerr << "mhc diff: no input file given; generated " << gen.prob.str() << ", seed " << o->seed
                 << " (mhc gen --shape " << o->shape << " --seed " << o->seed << ")\n";
+      in = case_side(std::move(gen));
     }
+    const Problem prob = in->head().prob;
+    int64_t t0 = 0, t1 = prob.T();
     if (!o->tokens.empty()) {
-      const int64_t T = inputs.prob.T();
-      auto [t0, t1] = parse_tokens(o->tokens, T);
-      opt.token_offset = t0;
-      inputs = inputs.token_slice(t0, t1);
-      if (!a_backend) a = a.token_slice(t0, t1);
-      if (!b_backend) b = b.token_slice(t0, t1);
-      std::cerr << "mhc diff: comparing tokens " << t0 << ".." << t1 - 1 << " of " << T
+      std::tie(t0, t1) = parse_tokens(o->tokens, prob.T());
+      std::cerr << "mhc diff: comparing tokens " << t0 << ".." << t1 - 1 << " of " << prob.T()
                 << "; dphi, dalpha, dbias and dgamma (sums over all tokens) are not compared\n";
     }
-    if (a_backend) a = inputs.inputs_only(), run_backend(parse_backend(o->a), a, Pass::both, true);
-    if (b_backend) b = inputs.inputs_only(), run_backend(parse_backend(o->b), b, Pass::both, true);
-    for (auto [side, c, backend] : {std::tuple{&o->a, &a, a_backend}, std::tuple{&o->b, &b, b_backend}})
-      if (std::string at = backend ? c->first_nonfinite() : ""; !at.empty() && !o->allow_nonfinite)
-        fail(*side, ": the backend's outputs are not finite, first ", at, " (norm_eps = ", c->prob.norm_eps,
+    // A backend side: the golden runs chunk by chunk; another backend on the whole case.
+    auto backend_side = [&](const std::string& text) -> std::shared_ptr<Side> {
+      BackendSpec spec = parse_backend(text);
+      if (spec.name == "cpu") return cpu_side(in, Arith(spec.prec));
+      Case c = whole_inputs(*in);
+      run_backend(spec, c, Pass::both, true);
+      if (std::string at = c.first_nonfinite(); !at.empty() && !o->allow_nonfinite)
+        fail(text, ": the backend's outputs are not finite, first ", at, " (norm_eps = ", c.prob.norm_eps,
              "; an all-zero token?); nothing to compare (--allow-nonfinite compares them anyway)");
-    if (!o->tokens.empty())  // a backend side summed over the slice only: not comparable either
-      for (Case* c : {&a, &b}) *c = c->token_slice(0, c->prob.T());
+      return case_side(std::move(c));
+    };
+    std::shared_ptr<Side> a = a_backend ? backend_side(o->a) : a_file, b = b_backend ? backend_side(o->b) : b_file;
 
-    References refs(b);
+    // Each block: the golden's outputs are finite, and the inputs of A and B agree.
+    auto check = [&](const Case& ab, const Case& bb) {
+      for (auto [side, c, backend] : {std::tuple{&o->a, &ab, a_backend}, std::tuple{&o->b, &bb, b_backend}})
+        if (std::string at = backend ? c->first_nonfinite() : ""; !at.empty() && !o->allow_nonfinite)
+          fail(*side, ": the backend's outputs are not finite, first ", at, " (norm_eps = ", c->prob.norm_eps,
+               "; an all-zero token?); nothing to compare (--allow-nonfinite compares them anyway)");
+      if (!files_differ.empty()) return;  // --ignore-inputs
+      if (std::string d = inputs_difference(ab, bb); !d.empty()) {
+        const std::string& file = a_backend ? o->b : o->a;
+        if (a_backend == b_backend) fail(o->a, " and ", o->b, ": inputs differ (", d, "); use --ignore-inputs to compare anyway");
+        fail(file, ": its /inputs differ from --input ", o->input, " (", d,
+             "); a file side is compared on its own inputs: drop --input or pass the matching file");
+      }
+    };
+
     if (isatty(STDERR_FILENO))  // progress on a terminal, once the work has taken a second
-      opt.progress = [start = std::chrono::steady_clock::now()](const std::string& stage) {
+      opt.progress = [start = std::chrono::steady_clock::now()](double done) {
         if (std::chrono::steady_clock::now() - start > std::chrono::seconds(1))
-          std::cerr << "\rmhc diff: comparing " << stage << "...\033[K" << std::flush;
+          std::cerr << "\rmhc diff: " << int(done * 100) << "% of tokens compared\033[K" << std::flush;
       };
-    DiffReport rep = diff_cases(a, b, refs, opt);
+    DiffReport rep = diff_sides(*a, *b, opt, t0, t1, check);
     if (opt.progress) std::cerr << "\r\033[K" << std::flush;
-    if (!o->dump.empty()) dump_diff(o->dump, a, b, rep);
+    if (!o->dump.empty()) dump_diff(o->dump, prob, rep);
     if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)));
     if (o->json) {
       std::cout << report_json(rep);
     } else {
       bool colour = isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
-      std::cout << "A: " << o->a << "   B (reference): " << o->b << "   " << b.prob.str() << "   accept "
+      std::cout << "A: " << o->a << "   B (reference): " << o->b << "   " << prob.str() << "   accept "
                 << o->accept << "\n"
                 << report_table(rep, colour);
     }

@@ -5,6 +5,7 @@
 // The engine (engine.cpp) fills a DiffReport; render_*.cpp turn it into text, JSON or
 // HTML; dump.cpp writes per-element errors to HDF5. Nothing here prints.
 #pragma once
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -34,9 +35,8 @@ struct DiffOptions {
   Accuracy accept = Accuracy::fp32;  // the loosest class that still passes
   int64_t tile = 64;                 // tile size of the pattern summary
   std::set<std::string> require;     // stages that must be present on both sides
-  bool keep_elements = false;        // fill StageReport::elem_error and elem_mask (--dump-diff)
-  std::function<void(const std::string&)> progress;  // told the stage being compared, when set
-  int64_t token_offset = 0;          // --tokens A:B: the cases hold tokens from A on; indices are reported from 0
+  bool keep_elements = false;        // fill StageReport::elem_error, elem_mask and elem_diff (--dump-diff)
+  std::function<void(double)> progress;  // told the fraction of tokens compared, when set
 };
 
 // Inclusive index ranges, along one axis of a stage's stored shape, holding a mismatch.
@@ -54,6 +54,10 @@ struct Rounding {
   int64_t ties = 0, ties_not_even = 0;  // exact ties of the fp32 value, and those not rounded to even
   double bias_ulp = 0;      // mean of (A - rounded)/ulp over all elements, positive = away from zero
   std::string reason;       // empty when rounding is consistent with fp32-then-RNE
+  // what the reason is made of: unexplained flips toward and away from zero, the farthest
+  // beyond its tie (in steps), the sum of (A - rounded)/ulp and the elements it is over
+  int64_t toward = 0, away = 0, elements = 0;
+  double widest = 0, bias_sum = 0;
 };
 
 // Error over limit, binned: rows along the tokens (or the first axis), columns along the rest.
@@ -73,6 +77,7 @@ struct StageReport {
   bool has_accuracy = false;               // false under a fixed tolerance
   int64_t count = 0, mismatches = 0, nan_a = 0, inf_a = 0, nan_b = 0, inf_b = 0;
   double rel_l2 = 0, max_abs = 0, max_rel = 0, a_at = 0, b_at = 0, min_atol = 0;
+  double l2_num = 0, l2_den = 0;  // sum (a-b)^2 and sum b^2 over finite differences: rel_l2
   std::vector<int64_t> max_abs_index;
   // tolerance: fixed (atol, rtol) or budget (error and limit in `unit`, for the accepted class)
   bool fixed = false;
@@ -86,6 +91,7 @@ struct StageReport {
   Heatmap heat;  // for diverged and inherited stages
   std::vector<float> elem_error;    // with keep_elements: each element's error in `unit` (fixed: 0 or 2)
   std::vector<uint8_t> elem_mask;   // with keep_elements: 1 where the element fails
+  std::vector<float> elem_diff;     // with keep_elements: A - B
 };
 
 struct DiffReport {
@@ -101,8 +107,12 @@ struct DiffReport {
   bool match() const { return verdict == Verdict::match; }
 };
 
-// Compares A against the reference B; `refs` are evaluations on B's inputs.
-DiffReport diff_cases(const Case& a, const Case& b, References& refs, const DiffOptions& opt);
+// Compares A against the reference B (docs/diff.md): block of kTokenBlock tokens by block,
+// the sums over tokens at the end. Sides and streaming: stream.h.
+DiffReport diff_cases(const Case& a, const Case& b, const DiffOptions& opt);
+
+// sqrt(num/den), or sqrt(num) when den is 0.
+inline double rel_l2(double num, double den) { return den > 0 ? std::sqrt(num / den) : std::sqrt(num); }
 
 // Empty when the /inputs of a and b are identical, else what differs first.
 std::string inputs_difference(const Case& a, const Case& b);

@@ -7,6 +7,7 @@
 
 #include "diff.h"
 #include "rounding.h"
+#include "block.h"
 #include "where.h"
 
 namespace mhc {
@@ -113,7 +114,8 @@ StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, s
     if (p.worst > all.worst) all.worst = p.worst, all.worst_i = p.worst_i;
   }
   r.nan_a = all.nan_a, r.inf_a = all.inf_a, r.nan_b = all.nan_b, r.inf_b = all.inf_b, r.max_rel = all.max_rel;
-  r.rel_l2 = all.den > 0 ? std::sqrt(all.num / all.den) : std::sqrt(all.num);
+  r.l2_num = all.num, r.l2_den = all.den;
+  r.rel_l2 = rel_l2(all.num, all.den);
   r.max_abs = std::max(all.worst, 0.0);
   r.max_abs_index = unravel(all.worst_i, b.shape);
   r.a_at = n ? a.at(all.worst_i) : 0;
@@ -149,10 +151,14 @@ std::string format_problem(const Stage& s, const Case& c, const char* side) {
              " values exactly: store float32 or float64");
 }
 
-void keep(StageReport& r, const std::vector<double>& err, std::vector<uint8_t>& mask, const DiffOptions& opt) {
-  if (!opt.keep_elements) return;
+// Each element's error and mismatch flag (the caller's where and heatmap), and A - B for --dump-diff.
+void keep(StageReport& r, const std::vector<double>& err, std::vector<uint8_t>& mask, const Tensor& a, const Tensor& b,
+          const DiffOptions& opt) {
   r.elem_error.assign(err.begin(), err.end());
   r.elem_mask = std::move(mask);
+  if (!opt.keep_elements) return;
+  r.elem_diff.resize(err.size());
+  for (int64_t i = 0; i < b.size(); ++i) r.elem_diff[size_t(i)] = float(a.at(i) - b.at(i));
 }
 
 }  // namespace
@@ -171,10 +177,9 @@ std::string inputs_difference(const Case& a, const Case& b) {
   return "";
 }
 
-DiffReport diff_cases(const Case& a, const Case& b, References& refs, const DiffOptions& opt) {
+DiffReport diff_block(const Case& a, const Case& b, References& refs, const DiffOptions& opt, BlockSums& sums) {
   DiffReport rep;
   rep.accept = opt.accept;
-  std::map<std::string, StageReport*> by_name;
 
   // A stage's value in A (when A has it in the schema's shape), else its replay: the stage
   // recomputed in fp64 from A's own upstream tensors.
@@ -210,6 +215,7 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
     return cpu_stage(name, a.prob, deps, arith);
   };
   auto replay = [&](const std::string& name) -> const Tensor& {
+    if (auto given = sums.replays.find(name); given != sums.replays.end()) return given->second;
     auto it = own.find(name);
     return it != own.end() ? it->second : own[name] = recompute(name, Precision::fp64);
   };
@@ -225,14 +231,12 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
 
   for (const Stage& s : stage_table()) {
     if (s.group == Group::inputs) continue;
-    if (opt.progress) opt.progress(s.name);
     bool ha = a.has(s.name), hb = b.has(s.name);
     StageReport r;
     r.name = s.name;
     if (!ha || !hb) {
       r.status = Status::missing;
       r.note = !ha && !hb ? "on both sides" : !ha ? "missing in A" : "missing in B";
-      if (opt.require.count(s.name)) rep.missing_required.push_back(s.name);
       rep.stages.push_back(r);
       continue;
     }
@@ -261,8 +265,7 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
       for (size_t i = 0; i < err.size(); ++i) mask[i] = err[i] > 1;
       r.mismatches = std::count(mask.begin(), mask.end(), 1);
       r.status = r.mismatches ? Status::diverged : Status::ok;
-      if (r.mismatches) locate(r, mask, tb.shape, s, a.prob, opt.tile, opt.token_offset);
-      keep(r, err, mask, opt);
+      keep(r, err, mask, ta, tb, opt);
       rep.stages.push_back(r);
       continue;
     }
@@ -327,17 +330,20 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
       for (int64_t i = 0; i < re.size(); ++i) own = std::max(own, ur(elem_diff(ta.at(i), re.at(i)), re.at(i)));
       if (own <= r.limit - r.reference_error && (!bf || r.rounding.reason.empty())) r.status = Status::inherited;
       if (r.error > r.limit) r.rounding.reason.clear();  // values off by more than rounding: that is the news
-      locate(r, mask, tb.shape, s, a.prob, opt.tile, opt.token_offset);
-      heatmap(r, err, mask, r.limit, tb.shape, s, a.prob);
     }
-    keep(r, err, mask, opt);
+    keep(r, err, mask, ta, tb, opt);
     rep.stages.push_back(r);
   }
 
-  for (auto& r : rep.stages) {
-    by_name[r.name] = &r;
-    if (r.compared && stage(r.name).dims[0] == Dim::tok) r.max_abs_index[0] += opt.token_offset;
-  }
+  for (const std::string& name : sums.want)  // this block's part of a sum over tokens, replayed from A
+    sums.replays_added[name] = recompute(name, Precision::fp64);
+  finish_report(rep, opt);
+  return rep;
+}
+
+void finish_report(DiffReport& rep, const DiffOptions& opt) {
+  std::map<std::string, StageReport*> by_name;
+  for (auto& r : rep.stages) by_name[r.name] = &r;
   auto diverging = [&](const std::string& name) {
     auto it = by_name.find(name);
     return it != by_name.end() && (it->second->status == Status::diverged || it->second->status == Status::inherited);
@@ -354,9 +360,12 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
   };
 
   bool invalid = false;
+  rep.compared = 0;
+  rep.first_divergent.clear(), rep.root_causes.clear(), rep.missing_required.clear();
   for (auto& r : rep.stages) {
     rep.compared += r.compared;
     invalid = invalid || r.status == Status::unknown || r.status == Status::format;
+    if (r.status == Status::missing && opt.require.count(r.name)) rep.missing_required.push_back(r.name);
     if (r.status == Status::inherited) {
       r.inherited_from = upstream(r.name);
       r.note = r.inherited_from.empty() ? "consistent with its inputs; error accumulated upstream"
@@ -369,7 +378,6 @@ DiffReport diff_cases(const Case& a, const Case& b, References& refs, const Diff
   rep.verdict = invalid || rep.compared == 0                                   ? Verdict::invalid
                 : !rep.first_divergent.empty() || !rep.missing_required.empty() ? Verdict::diverged
                                                                                 : Verdict::match;
-  return rep;
 }
 
 std::string DiffReport::verdict_line() const {

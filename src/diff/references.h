@@ -2,6 +2,7 @@
 // the fp64 oracle, and per accuracy class a plain fp32 evaluation (every reduction one
 // sequential chain; GEMM operands exact, tf32 or bf16). Computed once, when first needed.
 #pragma once
+#include <functional>
 #include <map>
 
 #include "case.h"
@@ -17,15 +18,25 @@ Accuracy parse_accuracy(const std::string& text);  // fp32 | tf32 | bf16; UserEr
 // The arithmetic of the plain class-C evaluation (c in fp32, tf32, bf16).
 Arith plain_arith(Accuracy c);
 
+// An evaluation's key: the oracle, or the plain evaluation of class fp32, tf32 or bf16.
+constexpr int kOracle = -1;
+inline int ref_key(Accuracy c) { return int(c); }
+Arith ref_arith(int key);
+
 class References {
  public:
-  explicit References(const Case& inputs) : inputs_(inputs.inputs_only()) {}
-  const Case& oracle();
-  const Case& plain(Accuracy c);  // c in fp32, tf32, bf16
+  // Evaluations of `inputs` by the CPU backend. With `sums`, the inputs are one token chunk
+  // of a case: each evaluation adds its sums over tokens to sums[key] (cpu_run_chunk).
+  explicit References(const Case& inputs, std::map<int, TokenSums>* sums = nullptr);
+  // Evaluations made elsewhere: eval(key) returns the case.
+  explicit References(std::function<Case(int key)> eval) : eval_(std::move(eval)) {}
+  const Case& oracle() { return get(kOracle); }
+  const Case& plain(Accuracy c) { return get(ref_key(c)); }
+  const Case& get(int key);
 
  private:
-  Case inputs_;
-  std::map<int, Case> done_;  // by Accuracy, the oracle under -1
+  std::function<Case(int)> eval_;
+  std::map<int, Case> done_;
 };
 
 }  // namespace mhc

@@ -63,11 +63,19 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
     widest = std::max(widest, gap / std::fabs(toward_e - v));  // in steps beyond the tie
   }
   r.ties = ties, r.ties_not_even = not_even, r.differ = differ, r.unexplained = unexplained;
-  double total = 0;
-  for (double b : bias) total += b;
-  r.bias_ulp = n ? total / double(n) : 0;
+  r.toward = toward, r.away = away, r.widest = widest, r.elements = n;
+  for (double b : bias) r.bias_sum += b;
+  explain(r);
+  return r;
+}
+
+void explain(Rounding& r) {
+  const int64_t toward = r.toward, away = r.away;
+  const double widest = r.widest;
+  r.bias_ulp = r.elements ? r.bias_sum / double(r.elements) : 0;
+  r.reason.clear();
   if (r.unexplained) {
-    std::string n = cat(r.unexplained, " of ", a.size(), " elements");
+    std::string n = cat(r.unexplained, " of ", r.elements, " elements");
     bool spread = widest > 0.25;  // flips far from ties: the rounding itself, not a slightly different value
     if (spread && toward >= 0.9 * double(r.unexplained))
       r.reason = cat("truncation: ", n, " rounded toward zero where nearest-even rounds away (bias ",
@@ -84,7 +92,6 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
     r.reason = cat("ties not to even: ", r.ties_not_even, " of ", r.ties,
                    " exact ties rounded away from zero (round half up?)");
   }
-  return r;
 }
 
 }  // namespace mhc

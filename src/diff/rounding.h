@@ -22,4 +22,7 @@ constexpr double kTieFloorUlp = 1.0 / 1024;
 // the elements whose rounding nothing explains.
 Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, double tau, std::vector<uint8_t>& bad);
 
+// Sets bias_ulp and the reason from the counts (also of counts added up over token blocks).
+void explain(Rounding& r);
+
 }  // namespace mhc

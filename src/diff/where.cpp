@@ -69,45 +69,46 @@ std::string axis_words(const std::string& axis) {
 
 }  // namespace
 
-void locate(StageReport& r, const std::vector<uint8_t>& mask, const Shape& shape, const Stage& s, const Problem& p,
-            int64_t tile, int64_t token_offset) {
-  std::vector<std::string> names = axis_names(s, p);
-  std::vector<std::vector<uint8_t>> hit(shape.size());
-  for (size_t d = 0; d < shape.size(); ++d) hit[d].assign(size_t(shape[d]), 0);
-  std::vector<int64_t> idx(shape.size(), 0);
-  int64_t first = -1;
-  for (int64_t i = 0; i < int64_t(mask.size()); ++i) {
-    if (mask[size_t(i)]) {
-      if (first < 0) first = i;
-      for (size_t d = 0; d < shape.size(); ++d) hit[d][size_t(idx[d])] = 1;
+Locator::Locator(const Shape& shape) : shape_(shape), hit_(shape.size()) {
+  for (size_t d = 0; d < shape.size(); ++d) hit_[d].assign(size_t(shape[d]), 0);
+}
+
+void Locator::add(const uint8_t* mask, int64_t n, int64_t first) {
+  std::vector<int64_t> idx = unravel(first, shape_);
+  for (int64_t i = 0; i < n; ++i) {
+    if (mask[i]) {
+      if (first_ < 0) first_ = first + i;
+      for (size_t d = 0; d < shape_.size(); ++d) hit_[d][size_t(idx[d])] = 1;
     }
-    for (size_t d = shape.size(); d-- > 0;) {  // next multi-index
-      if (++idx[d] < shape[d]) break;
+    for (size_t d = shape_.size(); d-- > 0;) {  // next multi-index
+      if (++idx[d] < shape_[d]) break;
       idx[d] = 0;
     }
   }
+}
+
+void Locator::fill(StageReport& r, const Stage& s, const Problem& p, int64_t tile) const {
+  const Shape& shape = shape_;
+  std::vector<std::string> names = axis_names(s, p);
   r.where.clear();
   r.pattern.clear();
-  if (first < 0) return;
-  r.first_mismatch = unravel(first, shape);
-  const int64_t off = names.empty() || names[0] != "token" ? 0 : token_offset;
-  if (!r.first_mismatch.empty()) r.first_mismatch[0] += off;
+  if (first_ < 0) return;
+  r.first_mismatch = unravel(first_, shape);
   std::vector<std::string> parts;
   for (size_t d = 0; d < shape.size(); ++d) {
     AxisRanges ax{d < names.size() ? names[d] : cat("axis", d), shape[d], {}};
-    const int64_t shift = d == 0 ? off : 0;
     for (int64_t i = 0; i < shape[d]; ++i) {
-      if (!hit[d][size_t(i)]) continue;
-      if (!ax.ranges.empty() && ax.ranges.back().second == i - 1 + shift) ax.ranges.back().second = i + shift;
-      else ax.ranges.push_back({i + shift, i + shift});
+      if (!hit_[d][size_t(i)]) continue;
+      if (!ax.ranges.empty() && ax.ranges.back().second == i - 1) ax.ranges.back().second = i;
+      else ax.ranges.push_back({i, i});
     }
-    bool whole = ax.ranges.size() == 1 && ax.ranges[0].first == shift && ax.ranges[0].second == shape[d] - 1 + shift;
+    bool whole = ax.ranges.size() == 1 && ax.ranges[0].first == 0 && ax.ranges[0].second == shape[d] - 1;
     if (!whole) {
       std::string part = cat(axis_words(ax.axis), " ", ranges_str(ax.ranges));
       if (ax.axis == "N" || ax.axis == "K" || ax.axis == "D") part += cat(" of ", ax.axis);
-      std::string block = ax.axis == "N" ? mix_block(hit[d], p.n) : "";
+      std::string block = ax.axis == "N" ? mix_block(hit_[d], p.n) : "";
       int64_t last_tile = (shape[d] - 1) / tile * tile;
-      bool tail = !shift && shape[d] > tile && ax.ranges.front().first >= last_tile;
+      bool tail = shape[d] > tile && ax.ranges.front().first >= last_tile;
       if (tail) block += cat(block.empty() ? "" : "; ", "the last", shape[d] % tile ? ", partial" : "", " ", tile, "-tile");
       if (!block.empty()) part += cat(" (", block, ")");
       parts.push_back(part);
@@ -124,25 +125,30 @@ void locate(StageReport& r, const std::vector<uint8_t>& mask, const Shape& shape
   r.pattern += " only";
 }
 
-void heatmap(StageReport& r, const std::vector<double>& err, const std::vector<uint8_t>& mask, double limit,
-             const Shape& shape, const Stage& s, const Problem& p) {
+HeatBinner::HeatBinner(const Shape& shape, const Stage& s, const Problem& p) {
   std::vector<std::string> names = axis_names(s, p);
-  bool per_token = !s.dims.empty() && s.dims[0] == Dim::tok;
-  size_t lead = per_token ? p.tokens.size() : shape.empty() ? 0 : 1;
+  bool tokens = per_token(s);
+  size_t lead = tokens ? p.tokens.size() : shape.empty() ? 0 : 1;
   int64_t rows = 1, cols = 1;
   for (size_t d = 0; d < shape.size(); ++d) (d < lead ? rows : cols) *= shape[d];
   if (shape.size() == 1) rows = 1, cols = shape[0];  // [3], [N]: one row
-  Heatmap& h = r.heat;
-  h.row_axis = per_token ? "token" : shape.size() > 1 ? names[0] : "";
+  Heatmap& h = heat_;
+  h.row_axis = tokens ? "token" : shape.size() > 1 ? names[0] : "";
   for (size_t d = shape.size() == 1 ? 0 : lead; d < names.size(); ++d) h.col_axes += cat(h.col_axes.empty() ? "" : "×", names[d]);
   h.rows = std::min<int64_t>(rows, 64), h.cols = std::min<int64_t>(cols, 128);
   h.row_span = (rows + h.rows - 1) / h.rows, h.col_span = (cols + h.cols - 1) / h.cols;
   h.rows = (rows + h.row_span - 1) / h.row_span, h.cols = (cols + h.col_span - 1) / h.col_span;
   h.value.assign(size_t(h.rows * h.cols), 0.f);
-  for (int64_t i = 0; i < int64_t(err.size()); ++i) {
-    float& v = h.value[size_t((i / cols) / h.row_span * h.cols + (i % cols) / h.col_span)];
-    double e = limit > 0 ? err[size_t(i)] / limit : err[size_t(i)];
-    if (mask[size_t(i)]) e = std::max(e, 1.5);
+  cols_ = cols;
+}
+
+void HeatBinner::add(const float* err, const uint8_t* mask, int64_t n, int64_t first, double limit) {
+  Heatmap& h = heat_;
+  for (int64_t k = 0; k < n; ++k) {
+    int64_t i = first + k;
+    float& v = h.value[size_t((i / cols_) / h.row_span * h.cols + (i % cols_) / h.col_span)];
+    double e = limit > 0 ? err[k] / limit : err[k];
+    if (mask[k]) e = std::max(e, 1.5);
     v = std::max(v, float(std::min(e, 1e6)));
   }
 }

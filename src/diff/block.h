@@ -1,0 +1,28 @@
+// block.h — the diff of one block of tokens (engine.cpp), which the streamed diff
+// (stream.cpp) runs block by block and merges.
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+
+#include "diff.h"
+
+namespace mhc {
+
+// The fp64 replays of the sums over tokens from A's own tensors (introduced or inherited?):
+// each block adds its part; the final diff of the sums is given their total.
+struct BlockSums {
+  std::set<std::string> want;                   // sums over tokens this block replays its part of
+  std::map<std::string, Tensor> replays_added;  // ... that part
+  std::map<std::string, Tensor> replays;        // given: the replays to use (the totals)
+};
+
+// Compares one block: every stage present on both sides, with per-element errors and masks
+// in StageReport::elem_error and elem_mask (where and heatmaps are the caller's to fill).
+DiffReport diff_block(const Case& a, const Case& b, References& refs, const DiffOptions& opt, BlockSums& sums);
+
+// The verdict, first divergent stage, root causes, inherited_from and --require, from the
+// stage reports.
+void finish_report(DiffReport& rep, const DiffOptions& opt);
+
+}  // namespace mhc

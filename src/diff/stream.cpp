@@ -1,0 +1,274 @@
+// stream.cpp — sides read or computed chunk by chunk, and the diff that runs the engine
+// block by block and merges the blocks' reports into one per stage (docs/diff.md, "Blocks").
+#include "stream.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "block.h"
+#include "rounding.h"
+#include "where.h"
+
+namespace mhc {
+namespace {
+
+// The head of a case: problem, parameters (inputs that are not per token), attributes.
+Case head_of(const Case& c) {
+  Case h;
+  h.prob = c.prob, h.attrs = c.attrs, h.stored_as = c.stored_as, h.unknown = c.unknown;
+  for (auto& [name, t] : c.t)
+    if (stage(name).group == Group::inputs && !per_token(stage(name))) h.t[name] = t;
+  return h;
+}
+
+// The sums over tokens of a case, with its problem, parameters and stored types.
+Case sums_of(const Case& c) {
+  Case s = head_of(c);
+  s.unknown.clear();
+  for (auto& [name, t] : c.t)
+    if (is_token_sum(stage(name))) s.t[name] = t;
+  return s;
+}
+
+std::set<std::string> sum_names(const Case& c) {
+  std::set<std::string> out;
+  for (auto& [name, t] : c.t)
+    if (is_token_sum(stage(name))) out.insert(name);
+  return out;
+}
+
+class FileSide : public Side {
+ public:
+  FileSide(const std::string& path, const LoadOptions& opt, bool outputs) : r_(path, opt, outputs) {}
+  const Case& head() override { return r_.head(); }
+  Case chunk(int64_t t0, int64_t t1) override { return r_.chunk(t0, t1); }
+  Case inputs(int64_t t0, int64_t t1) override { return r_.chunk(t0, t1).inputs_only(); }
+  std::set<std::string> sum_stages() override { return sum_names(r_.head()); }
+  Case sums() override { return sums_of(r_.head()); }
+
+ private:
+  CaseReader r_;
+};
+
+class CaseSide : public Side {
+ public:
+  explicit CaseSide(Case c) : c_(std::move(c)), head_(head_of(c_)) {}
+  const Case& head() override { return head_; }
+  Case chunk(int64_t t0, int64_t t1) override { return c_.token_slice(t0, t1); }
+  Case inputs(int64_t t0, int64_t t1) override { return c_.token_slice(t0, t1).inputs_only(); }
+  std::set<std::string> sum_stages() override { return sum_names(c_); }
+  Case sums() override { return sums_of(c_); }
+
+ private:
+  Case c_, head_;
+};
+
+class CpuSide : public Side {
+ public:
+  CpuSide(std::shared_ptr<Side> in, Arith arith) : in_(std::move(in)), arith_(arith) {}
+  const Case& head() override { return in_->head(); }
+  Case chunk(int64_t t0, int64_t t1) override {
+    Case c = in_->inputs(t0, t1);
+    cpu_run_chunk(c, arith_, sums_);
+    return c;
+  }
+  Case inputs(int64_t t0, int64_t t1) override { return in_->inputs(t0, t1); }
+  std::set<std::string> sum_stages() override {
+    std::set<std::string> out;
+    if (in_->inputs(0, 1).has_gradients())
+      for (const Stage& s : stage_table())
+        if (is_token_sum(s)) out.insert(s.name);
+    return out;
+  }
+  Case sums() override {
+    Case c = head_of(in_->head());
+    cpu_finish(c, sums_, arith_);
+    return sums_of(c);
+  }
+
+ private:
+  std::shared_ptr<Side> in_;
+  Arith arith_;
+  TokenSums sums_;
+};
+
+int severity(Status s) { return s == Status::diverged ? 2 : s == Status::inherited ? 1 : 0; }
+
+// One stage's report, merged block by block.
+struct Merged {
+  StageReport r;
+  double ratio = -1;  // error/limit of the block the row shows (the one closest to its limit)
+  bool over_limit = false, rounding_reason = false;
+  std::unique_ptr<Locator> where;
+  std::unique_ptr<HeatBinner> heat;
+};
+
+// Adds block report b (tokens t0.. of a case of problem p) to m.
+void merge(Merged& m, StageReport&& b, const Problem& p, int64_t t0, const Case& ab, const DiffOptions& opt) {
+  if (!m.where && b.compared) {
+    const Stage& s = stage(b.name);
+    Shape shape = stage_shape(s, p);
+    m.where = std::make_unique<Locator>(shape);
+    m.heat = std::make_unique<HeatBinner>(shape, s, p);
+  }
+  const bool first = m.ratio < 0;
+  StageReport& r = m.r;
+  if (b.compared) {
+    const int64_t per = b.count / std::max<int64_t>(1, ab.prob.T()), base = t0 * per;
+    m.where->add(b.elem_mask.data(), b.count, base);
+    m.heat->add(b.elem_error.data(), b.elem_mask.data(), b.count, base, b.limit);
+    if (opt.keep_elements) {
+      r.elem_diff.insert(r.elem_diff.end(), b.elem_diff.begin(), b.elem_diff.end());
+      r.elem_error.insert(r.elem_error.end(), b.elem_error.begin(), b.elem_error.end());
+      r.elem_mask.insert(r.elem_mask.end(), b.elem_mask.begin(), b.elem_mask.end());
+    }
+    if (!b.max_abs_index.empty()) {  // the block's index, as an index of the whole stage
+      Shape bshape = ab.get(b.name).shape;
+      int64_t flat = 0;
+      for (size_t d = 0; d < bshape.size(); ++d) flat = flat * bshape[d] + b.max_abs_index[d];
+      b.max_abs_index = unravel(base + flat, stage_shape(stage(b.name), p));
+    }
+    m.over_limit = m.over_limit || (!b.fixed && b.error > b.limit);
+    m.rounding_reason = m.rounding_reason || !b.rounding.reason.empty();
+  }
+  b.elem_error.clear(), b.elem_mask.clear(), b.elem_diff.clear();
+  const double ratio = b.limit > 0 ? b.error / b.limit : b.error;
+  if (first) {
+    std::vector<float> e = std::move(r.elem_error), d = std::move(r.elem_diff);
+    std::vector<uint8_t> k = std::move(r.elem_mask);
+    r = std::move(b);
+    r.elem_error = std::move(e), r.elem_diff = std::move(d), r.elem_mask = std::move(k);
+    m.ratio = std::max(ratio, 0.0);
+    return;
+  }
+  if (!b.compared) return;  // missing, unknown, format: the same in every block
+  if (severity(b.status) > severity(r.status)) r.status = b.status;
+  r.accuracy = std::max(r.accuracy, b.accuracy);
+  r.has_accuracy = r.has_accuracy && b.has_accuracy;
+  r.count += b.count, r.mismatches += b.mismatches;
+  r.nan_a += b.nan_a, r.inf_a += b.inf_a, r.nan_b += b.nan_b, r.inf_b += b.inf_b;
+  r.l2_num += b.l2_num, r.l2_den += b.l2_den;
+  r.max_rel = std::max(r.max_rel, b.max_rel), r.min_atol = std::max(r.min_atol, b.min_atol);
+  if (b.max_abs > r.max_abs) r.max_abs = b.max_abs, r.max_abs_index = b.max_abs_index, r.a_at = b.a_at, r.b_at = b.b_at;
+  if (ratio > m.ratio) {
+    m.ratio = ratio;
+    r.error = b.error, r.limit = b.limit, r.reference_error = b.reference_error;
+    r.class_limit = b.class_limit, r.class_error = b.class_error;
+  }
+  Rounding &x = r.rounding, &y = b.rounding;
+  if (x.checked && y.checked) {
+    x.differ += y.differ, x.unexplained += y.unexplained, x.ties += y.ties, x.ties_not_even += y.ties_not_even;
+    x.toward += y.toward, x.away += y.away, x.elements += y.elements, x.bias_sum += y.bias_sum;
+    x.widest = std::max(x.widest, y.widest);
+  }
+  x.checked = x.checked && y.checked;
+}
+
+// The merged report of a stage, once every block is in.
+StageReport finish_stage(Merged& m, const Problem& p, const DiffOptions& opt) {
+  StageReport& r = m.r;
+  if (!r.compared) return std::move(r);
+  r.rel_l2 = rel_l2(r.l2_num, r.l2_den);
+  if (r.rounding.checked) explain(r.rounding);
+  if (!m.rounding_reason || m.over_limit) r.rounding.reason.clear();  // values off by more than rounding: that is the news
+  if (severity(r.status) > 0) {
+    const Stage& s = stage(r.name);
+    m.where->fill(r, s, p, opt.tile);
+    r.heat = m.heat->heat();
+  }
+  return std::move(r);
+}
+
+}  // namespace
+
+std::unique_ptr<Side> file_side(const std::string& path, const LoadOptions& opt, bool outputs) {
+  return std::make_unique<FileSide>(path, opt, outputs);
+}
+std::unique_ptr<Side> case_side(Case c) { return std::make_unique<CaseSide>(std::move(c)); }
+std::unique_ptr<Side> cpu_side(std::shared_ptr<Side> inputs, Arith arith) {
+  return std::make_unique<CpuSide>(std::move(inputs), arith);
+}
+
+Case whole_inputs(Side& side) {
+  Case c = side.inputs(0, side.head().prob.T());
+  c.prob = side.head().prob;
+  for (auto& [name, t] : c.t)
+    if (per_token(stage(name))) t.shape = stage_shape(stage(name), c.prob);
+  return c;
+}
+
+DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin, int64_t t_end,
+                      const std::function<void(const Case&, const Case&)>& check) {
+  const Problem P = b.head().prob;
+  const bool with_sums = t_begin == 0 && t_end == P.T(), budget = !opt.fixed;
+  DiffOptions block_opt = opt;
+  block_opt.require.clear(), block_opt.progress = nullptr;
+  std::map<int, TokenSums> ref_sums;  // the oracle's and the accepted class's sums over tokens
+  std::map<std::string, Tensor> replays;  // fp64 replays of A's sums over tokens
+  std::set<std::string> want;
+  if (with_sums && budget) want = a.sum_stages();
+
+  std::vector<std::string> order;
+  std::map<std::string, Merged> merged;
+  for (int64_t t0 = t_begin; t0 < t_end; t0 += kTokenBlock) {
+    const int64_t t1 = std::min(t0 + kTokenBlock, t_end);
+    Case ab = a.chunk(t0, t1), bb = b.chunk(t0, t1);
+    if (check) check(ab, bb);
+    References refs(bb, with_sums ? &ref_sums : nullptr);
+    if (budget) refs.oracle(), refs.plain(opt.accept);  // every block: their sums over tokens are complete
+    BlockSums bs;
+    bs.want = want;
+    DiffReport br = diff_block(ab, bb, refs, block_opt, bs);
+    for (auto& [name, t] : bs.replays_added) {
+      auto [it, fresh] = replays.try_emplace(name, t);
+      if (!fresh)
+        for (int64_t i = 0; i < t.size(); ++i) it->second.data<double>()[i] += t.data<double>()[i];
+    }
+    for (StageReport& r : br.stages) {
+      if (!merged.count(r.name)) order.push_back(r.name);
+      merge(merged[r.name], std::move(r), P, t0, ab, opt);
+    }
+    if (opt.progress) opt.progress(double(t1 - t_begin) / double(t_end - t_begin));
+  }
+
+  DiffReport rep;
+  rep.accept = opt.accept;
+  std::map<std::string, StageReport> sums;
+  if (with_sums) {
+    // References for the sums: the oracle's and accepted class's were added up block by
+    // block; another class takes a pass over B's inputs.
+    References refs([&](int key) {
+      Case c = head_of(b.head());
+      TokenSums once;
+      TokenSums* s = &once;
+      if (ref_sums.count(key) && (key == kOracle || key == ref_key(opt.accept)) && budget) {
+        s = &ref_sums[key];
+      } else {
+        for (int64_t t0 = 0; t0 < P.T(); t0 += kTokenBlock) {
+          Case in = b.inputs(t0, std::min(t0 + kTokenBlock, P.T()));
+          cpu_run_chunk(in, ref_arith(key), once);
+        }
+      }
+      cpu_finish(c, *s, ref_arith(key));
+      return c;
+    });
+    BlockSums bs;
+    bs.replays = std::move(replays);
+    DiffReport sr = diff_block(a.sums(), b.sums(), refs, block_opt, bs);
+    for (StageReport& r : sr.stages)
+      if (is_token_sum(r.name)) sums[r.name] = std::move(r);
+  }
+  for (const std::string& name : order) {
+    auto it = sums.find(name);
+    rep.stages.push_back(it != sums.end() ? std::move(it->second) : finish_stage(merged[name], P, opt));
+  }
+  finish_report(rep, opt);
+  return rep;
+}
+
+DiffReport diff_cases(const Case& a, const Case& b, const DiffOptions& opt) {
+  auto sa = case_side(a), sb = case_side(b);
+  return diff_sides(*sa, *sb, opt, 0, b.prob.T());
+}
+
+}  // namespace mhc
