@@ -186,4 +186,22 @@ TEST_SUITE("cli") {
     CHECK(line.find(" [2,5,4,6] ") != std::string::npos);
     CHECK(line.find(" bfloat16 ") != std::string::npos);
   }
+
+  TEST_CASE("run streams token chunks: any --chunk writes the same bits as the library in one piece") {
+    std::string dir = test::tmpdir("cli_chunks");
+    CHECK(test::sh(test::mhc("gen --shape 3,300,2,16 --seed 8 " + dir + "/in.h5")).rc == 0);  // batch rows cross chunks
+    Case direct = generate_case(parse_shape("3,300,2,16"), 8, true);
+    cpu_run(direct, Precision::fp32);
+    for (const char* chunk : {"256", "512", "1000"}) {
+      CAPTURE(chunk);
+      std::string out = dir + "/out" + chunk + ".h5";
+      CHECK(test::sh(test::mhc(cat("run -q --chunk ", chunk, " ", dir, "/in.h5 ", out))).rc == 0);
+      Case got = load_case(out, LoadOptions{}, true);
+      for (auto& [name, t] : direct.t) {
+        CAPTURE(name);
+        CHECK(got.get(name).shape == t.shape);
+        CHECK(got.get(name).bytes == t.bytes);
+      }
+    }
+  }
 }

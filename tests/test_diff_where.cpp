@@ -112,6 +112,26 @@ TEST_SUITE("diff") {
     CHECK(r.verdict_line().find("downstream stages follow from h_pre") != std::string::npos);
   }
 
+  TEST_CASE("where, streamed from files: an error in one batch row that crosses token blocks") {
+    std::string dir = test::tmpdir("where_stream");
+    Case ref = test::golden(parse_shape("3,200,4,64"), 36), bad = ref;  // blocks of 256 tokens cut batch rows
+    for (int64_t t = 200; t < 400; ++t)
+      for (int64_t i = 0; i < 4; ++i) bad.t["h_pre"].set(t * 4 + i, bad.get("h_pre").at(t * 4 + i) * (1 + 1e-4));
+    test::recompute_after(bad, "h_pre", Precision::fp32);
+    save_case(dir + "/bad.h5", bad);
+    save_case(dir + "/ref.h5", ref);
+    for (const std::string& b : {dir + "/ref.h5", std::string("cpu")}) {
+      auto r = test::sh(test::mhc("diff " + dir + "/bad.h5 " + b + " --json"));
+      INFO(r.out, r.err);
+      CHECK(r.rc == 1);
+      CHECK(r.out.find("\"first_divergent\": \"h_pre\"") != std::string::npos);
+      CHECK(r.out.find("{\"axis\": \"batch\", \"size\": 3, \"ranges\": [[1, 1]]}") != std::string::npos);
+      CHECK(r.out.find("{\"axis\": \"seq\", \"size\": 200, \"ranges\": [[0, 199]]}") != std::string::npos);
+    }
+    CHECK(test::diff(bad, ref).first_divergent == "h_pre");
+    CHECK(test::diff(ref, ref).match());
+  }
+
   TEST_CASE("where: dh_res transposed shows in the off-diagonal h_res columns of dh_mix") {
     Case ref = test::golden(parse_shape("2,64,4,64"), 33), bad = ref;
     Tensor& g = bad.t["dh_res"];

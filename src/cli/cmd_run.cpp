@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backends.h"
+#include "cpu_backend.h"
 #include "commands.h"
 #include "h5io.h"
 #include "stats.h"
@@ -14,6 +15,7 @@ void add_run(CLI::App& app, int& rc) {
   struct Opts {
     std::string backend = "cpu", precision, in, out;
     bool force = false, strict = false, allow_nonfinite = false, dump = false, quiet = false;
+    int64_t chunk = 0;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("run", "Run the operator (forward, and backward when gradients are given)");
@@ -25,6 +27,8 @@ void add_run(CLI::App& app, int& rc) {
   sub->add_flag("--allow-nonfinite", o->allow_nonfinite, "accept NaN/Inf in inputs and outputs");
   sub->add_flag("--dump-intermediates", o->dump, "cuda: also keep dvecX ([..,n,D] float32)");
   sub->add_flag("-q,--quiet", o->quiet, "no summary table");
+  sub->add_option("--chunk", o->chunk, "cpu: tokens read, computed and written at a time (a multiple of 256; default: about 16M elements of x)")
+      ->check(CLI::PositiveNumber);
   sub->add_option("in", o->in, "input HDF5 file (/inputs)")->required();
   sub->add_option("out", o->out, "output HDF5 file: a copy of /inputs plus /forward and /backward")->required();
   sub->footer(
@@ -39,26 +43,66 @@ void add_run(CLI::App& app, int& rc) {
     LoadOptions lo;
     lo.strict = o->strict;
     lo.allow_nonfinite = o->allow_nonfinite;
-    Case c = load_case(o->in, lo, false);
-    check_output_path(o->out, o->in, o->force);
-    auto t0 = std::chrono::steady_clock::now();
-    run_backend(b, c, Pass::both, o->dump);
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (std::string at = c.first_nonfinite(); !at.empty() && !o->allow_nonfinite)
-      fail(o->in, ": the operator's outputs are not finite, first ", at, " (norm_eps = ", c.prob.norm_eps,
-           "; an all-zero token?); nothing written; --allow-nonfinite writes them anyway");
-    save_case(o->out, c, o->force);
+    auto nonfinite = [&](const Case& c, int64_t t0) {
+      if (std::string at = c.first_nonfinite(t0); !at.empty() && !o->allow_nonfinite)
+        fail(o->in, ": the operator's outputs are not finite, first ", at, " (norm_eps = ", c.prob.norm_eps,
+             "; an all-zero token?); nothing written; --allow-nonfinite writes them anyway");
+    };
+    std::map<std::string, StatsAccumulator> summary;  // stage -> statistics over every chunk
+    auto add_summary = [&](const Case& c) {
+      for (auto& [name, t] : c.t)
+        if (stage(name).group != Group::inputs) summary[name].add(t);
+    };
+    double ms = 0;
+    Problem prob;
+    bool backward = false;
+    if (b.name == "cpu") {  // token chunk by token chunk: memory does not grow with T
+      lo.memory_factor = 0;
+      CaseReader in(o->in, lo, false);
+      check_output_path(o->out, o->in, o->force);
+      Case head = in.head();
+      prob = head.prob;
+      head.attrs = {{"backend", "cpu"}, {"precision", precision_name(b.prec)}};
+      CaseWriter out(o->out, head, o->force);
+      TokenSums sums;
+      const int64_t blocks = o->chunk ? (o->chunk + kTokenBlock - 1) / kTokenBlock
+                                      : std::max<int64_t>(1, (int64_t(1) << 24) / (kTokenBlock * prob.K()));
+      const int64_t chunk = blocks * kTokenBlock;  // the same bits for any chunk size
+      for (int64_t t0 = 0; t0 < prob.T(); t0 += chunk) {
+        Case c = in.chunk(t0, std::min(prob.T(), t0 + chunk));
+        backward = c.has_gradients();
+        auto start = std::chrono::steady_clock::now();
+        cpu_run_chunk(c, Arith(b.prec), sums);
+        ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+        nonfinite(c, t0);
+        out.write(c, t0);
+        add_summary(c);
+      }
+      cpu_finish(head, sums, Arith(b.prec));
+      nonfinite(head, 0);
+      out.write(head, 0);
+      add_summary(head);
+      out.commit();
+    } else {
+      Case c = load_case(o->in, lo, false);
+      check_output_path(o->out, o->in, o->force);
+      auto start = std::chrono::steady_clock::now();
+      run_backend(b, c, Pass::both, o->dump);
+      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      nonfinite(c, 0);
+      save_case(o->out, c, o->force);
+      prob = c.prob, backward = c.has_gradients();
+      add_summary(c);
+    }
     if (!o->quiet) {
       std::printf("mhc run: %s on %s, %s, %s in %.1f ms -> %s\n", b.str().c_str(), backend_device(b).c_str(),
-                  c.prob.str().c_str(), c.has_gradients() ? "forward + backward" : "forward only", ms,
-                  o->out.c_str());
+                  prob.str().c_str(), backward ? "forward + backward" : "forward only", ms, o->out.c_str());
       std::printf("%-10s %-16s %-9s %12s %12s %12s %6s\n", "stage", "shape", "dtype", "min", "max", "rms", "nonfin");
       for (const Stage& s : stage_table()) {
-        if (s.group == Group::inputs || !c.has(s.name)) continue;
-        const Tensor& t = c.get(s.name);
-        Stats st = stats(t);
-        std::printf("%-10s %-16s %-9s %12.5g %12.5g %12.5g %6lld\n", s.name, shape_str(t.shape).c_str(),
-                    dtype_name(t.dtype), st.min, st.max, st.rms, (long long)(st.nan + st.inf));
+        if (!summary.count(s.name)) continue;
+        Stats st = summary[s.name].result();
+        std::printf("%-10s %-16s %-9s %12.5g %12.5g %12.5g %6lld\n", s.name, shape_str(stage_shape(s, prob)).c_str(),
+                    dtype_name(stored_dtype(s, b.prec)), st.min, st.max, st.rms, (long long)(st.nan + st.inf));
       }
     }
     rc = 0;

@@ -25,14 +25,13 @@ Case Case::inputs_only() const {
   return c;
 }
 
-std::string Case::first_nonfinite() const {
+std::string Case::first_nonfinite(int64_t token_offset) const {
   for (const Stage& s : stage_table()) {
     if (s.group == Group::inputs || !has(s.name)) continue;
     const Tensor& x = get(s.name);
     for (int64_t i = 0; i < x.size(); ++i)
       if (!std::isfinite(x.at(i))) {
-        bool per_token = !s.dims.empty() && s.dims[0] == Dim::tok;
-        return cat(s.name, per_token ? cat(" at token ", i / (x.size() / prob.T())) : cat(" at element ", i));
+        return cat(s.name, per_token(s) ? cat(" at token ", token_offset + i / (x.size() / prob.T())) : cat(" at element ", i));
       }
   }
   return "";

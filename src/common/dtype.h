@@ -57,9 +57,12 @@ inline bf16 double_to_bf16(double d) {
 inline double bf16_ulp(double v) {
   v = std::fabs(v);
   if (!(v >= 0x1p-126)) return 0x1p-133;
-  int e;
-  std::frexp(v, &e);  // v = m * 2^e, m in [0.5, 1)
-  return std::ldexp(1.0, e - 8);
+  if (v > 0x1p1000) return std::ldexp(1.0, std::ilogb(v) - 7);  // inf too
+  uint64_t u;
+  std::memcpy(&u, &v, 8);
+  u = ((u >> 52) - 7) << 52;  // 2^(exponent of v - 7): the exponent field alone
+  std::memcpy(&v, &u, 8);
+  return v;
 }
 
 }  // namespace mhc

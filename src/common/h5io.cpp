@@ -213,28 +213,37 @@ Tensor read_all(const FloatDataset& d, const std::string& file, const std::strin
   return t;
 }
 
-// Tokens [t0, t1) of the flattened token axis of a dataset whose first `lead` axes are the
-// tokens: one box per batch row for [B,S,..] layouts.
-Tensor read_tokens(const FloatDataset& d, size_t lead, int64_t t0, int64_t t1, const std::string& file,
-                   const std::string& path) {
-  const size_t rank = d.shape.size();
-  Shape shape = {t1 - t0};
-  shape.insert(shape.end(), d.shape.begin() + int64_t(lead), d.shape.end());
-  Tensor t(shape, d.dt);
-  const int64_t per = t1 > t0 ? t.size() / (t1 - t0) : 0, seq = lead == 2 ? d.shape[1] : t1;
-  H5::DataSpace file_space = d.ds.getSpace();
-  for (int64_t at = t0; at < t1 && per > 0;) {
-    std::vector<hsize_t> start(rank, 0), count(d.shape.begin(), d.shape.end());
+// Tokens [t0, t1) of the flattened token axis of a dataset of shape `full` whose first
+// `lead` axes are the tokens, as hyperslab boxes (one per batch row for [B,S,..] layouts):
+// box(start, count, first token, tokens) for each.
+template <class F> void token_boxes(const Shape& full, size_t lead, int64_t t0, int64_t t1, F&& box) {
+  const int64_t seq = lead == 2 ? full[1] : t1;
+  for (int64_t at = t0; at < t1;) {
+    std::vector<hsize_t> start(full.size(), 0), count(full.begin(), full.end());
     const int64_t rows = std::min(seq - at % seq, t1 - at);
     if (lead == 2) start[0] = hsize_t(at / seq), count[0] = 1;
     start[lead - 1] = hsize_t(at % seq), count[lead - 1] = hsize_t(rows);
+    box(start, count, at, rows);
+    at += rows;
+  }
+}
+
+// Tokens [t0, t1) of the flattened token axis of a dataset whose first `lead` axes are the tokens.
+Tensor read_tokens(const FloatDataset& d, size_t lead, int64_t t0, int64_t t1, const std::string& file,
+                   const std::string& path) {
+  Shape shape = {t1 - t0};
+  shape.insert(shape.end(), d.shape.begin() + int64_t(lead), d.shape.end());
+  Tensor t(shape, d.dt);
+  const int64_t per = t1 > t0 ? t.size() / (t1 - t0) : 0;
+  if (per == 0) return t;
+  H5::DataSpace file_space = d.ds.getSpace();
+  token_boxes(d.shape, lead, t0, t1, [&](auto& start, auto& count, int64_t at, int64_t rows) {
     file_space.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
     hsize_t elements = hsize_t(rows * per);
     H5::DataSpace mem(1, &elements);
     read_into(d.ds, mem_type(d.dt).getId(), mem.getId(), file_space.getId(),
               t.bytes.data() + size_t((at - t0) * per) * dtype_size(d.dt), file, path);
-    at += rows;
-  }
+  });
   return t;
 }
 
@@ -253,11 +262,16 @@ std::vector<std::string> dataset_paths(const H5::H5File& f, const std::string& f
 // Rounds an input to the dtype the stage table gives it, counting what changed.
 Tensor to_input_dtype(const Tensor& raw, DType want, const std::string& where, const LoadOptions& opt,
                       bool* warned = nullptr) {
-  Tensor t = convert(raw, want);
+  const bool same = raw.dtype == want;
+  Tensor t = same ? raw : convert(raw, want);
   int64_t inexact = 0, nan = 0, inf = 0;
+#pragma omp parallel for schedule(static) reduction(+ : inexact, nan, inf)
   for (int64_t i = 0; i < t.size(); ++i) {
-    double a = raw.at(i), b = t.at(i);
-    if (a != b && !(std::isnan(a) && std::isnan(b))) ++inexact;
+    double b = t.at(i);
+    if (!same) {
+      double a = raw.at(i);
+      inexact += a != b && !(std::isnan(a) && std::isnan(b));
+    }
     nan += std::isnan(b);
     inf += std::isinf(b);
   }
@@ -499,12 +513,25 @@ Case load_case(const std::string& path, const LoadOptions& opt, bool outputs) {
 
 namespace {
 
+H5::DataType file_type(DType t) {
+  return t == DType::bf16  ? H5::DataType(bf16_type())
+         : t == DType::f32 ? H5::DataType(H5::PredType::IEEE_F32LE)
+                           : H5::DataType(H5::PredType::IEEE_F64LE);
+}
+
+// An HDF5 failure while writing `path`: one line with the cause.
+[[noreturn]] void write_failed(const std::string& path, std::unique_ptr<H5::H5File>& f) {
+  std::string cause = h5_cause();
+  // After a failed write (EFBIG) libhdf5 1.10 fails closing the file again, printing from
+  // the C++ destructor and crashing at shutdown: leave it open; the error ends the process.
+  (void)f.release();
+  fail(path, ": cannot write (", cause, ")");
+}
+
 void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   H5::DataSpace sp(int(dims.size()), dims.data());
-  H5::DataType ft = t.dtype == DType::bf16  ? H5::DataType(bf16_type())
-                    : t.dtype == DType::f32 ? H5::DataType(H5::PredType::IEEE_F32LE)
-                                            : H5::DataType(H5::PredType::IEEE_F64LE);
+  H5::DataType ft = file_type(t.dtype);
   H5::LinkCreatPropList lcpl;
   lcpl.setCreateIntermediateGroup(true);
   H5::DataSet ds = f.createDataSet(path, ft, sp, H5::DSetCreatPropList::DEFAULT, H5::DSetAccPropList::DEFAULT, lcpl);
@@ -523,20 +550,42 @@ void write_atomically(const std::string& path, bool replace, const std::function
     fill(*f);
     f->close();
   } catch (const H5::Exception&) {
-    std::string cause = h5_cause();
-    // After a failed write (EFBIG) libhdf5 1.10 fails closing the file again, printing from
-    // the C++ destructor and crashing at shutdown: leave it open; the error ends the process.
-    (void)f.release();
-    fail(path, ": cannot write (", cause, ")");
+    write_failed(path, f);
   }
   out.commit();
 }
 
 }  // namespace
 
-void save_case(const std::string& path, const Case& c, bool replace) {
-  write_atomically(path, replace, [&](H5::H5File& f) {
-    for (auto& [k, v] : c.attrs)
+struct CaseWriter::Impl {
+  Impl(const std::string& p, bool replace) : path(p), out(p, replace) {}
+  std::string path;
+  Problem prob;
+  OutputFile out;
+  std::unique_ptr<H5::H5File> f;
+  std::map<std::string, H5::DataSet> made;
+
+  // Runs `body`, turning an HDF5 failure into one line naming the output.
+  template <class F> void guarded(F&& body) {
+    try {
+      body();
+    } catch (const H5::Exception&) {
+      write_failed(path, f);
+    }
+  }
+};
+
+CaseWriter::CaseWriter(const std::string& path, const Case& head, bool replace) {
+  quiet_hdf5();
+  impl_ = std::make_unique<Impl>(path, replace);
+  Impl& m = *impl_;
+  m.prob = head.prob;
+  m.guarded([&] {
+    m.f = std::make_unique<H5::H5File>(m.out.temp(), H5F_ACC_TRUNC);
+    H5::H5File& f = *m.f;
+    write_str_attr(f, "producer", "mhc");
+    write_str_attr(f, "version", MHC_VERSION);
+    for (auto& [k, v] : head.attrs)
       if (k != "producer" && k != "version") write_str_attr(f, k, v);
     int schema = MHC_SCHEMA_VERSION;
     f.createAttribute("schema_version", H5::PredType::STD_I32LE, H5::DataSpace(H5S_SCALAR))
@@ -544,13 +593,61 @@ void save_case(const std::string& path, const Case& c, bool replace) {
     for (Group grp : {Group::inputs, Group::forward, Group::backward}) {
       H5::Group g = f.createGroup(cat("/", group_name(grp)));
       if (grp == Group::inputs)
-        for (auto [key, v] : {std::pair{"norm_eps", c.prob.norm_eps}, std::pair{"hc_eps", c.prob.hc_eps}})
+        for (auto [key, v] : {std::pair{"norm_eps", head.prob.norm_eps}, std::pair{"hc_eps", head.prob.hc_eps}})
           g.createAttribute(key, H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR))
               .write(H5::PredType::NATIVE_DOUBLE, &v);
-      for (const Stage& s : stage_table())
-        if (s.group == grp && c.has(s.name)) write_dataset(f, dataset_path(s), c.get(s.name));
     }
   });
+}
+
+CaseWriter::~CaseWriter() = default;
+
+void CaseWriter::write(const Case& c, int64_t t0) {
+  Impl& m = *impl_;
+  const bool whole = t0 < 0;
+  m.guarded([&] {
+    for (const Stage& s : stage_table()) {
+      if (!c.has(s.name)) continue;
+      const Tensor& t = c.get(s.name);
+      bool fresh = !m.made.count(s.name);
+      if (!per_token(s) && !fresh) continue;
+      if (fresh) {
+        Shape full = whole ? t.shape : stage_shape(s, m.prob);
+        std::vector<hsize_t> dims(full.begin(), full.end());
+        m.made[s.name] = m.f->createDataSet(dataset_path(s), file_type(t.dtype), H5::DataSpace(int(dims.size()), dims.data()));
+      }
+      H5::DataSet& ds = m.made[s.name];
+      if (!t.size()) continue;
+      if (!per_token(s) || whole) {
+        ds.write(t.bytes.data(), mem_type(t.dtype));
+        continue;
+      }
+      Shape full = stage_shape(s, m.prob);
+      const int64_t per = numel(full) / m.prob.T();
+      H5::DataSpace file_space = ds.getSpace();
+      token_boxes(full, m.prob.tokens.size(), t0, t0 + t.size() / per, [&](auto& start, auto& count, int64_t at, int64_t rows) {
+        file_space.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
+        hsize_t elements = hsize_t(rows * per);
+        H5::DataSpace mem(1, &elements);
+        ds.write(t.bytes.data() + size_t((at - t0) * per) * dtype_size(t.dtype), mem_type(t.dtype), mem, file_space);
+      });
+    }
+  });
+}
+
+void CaseWriter::commit() {
+  Impl& m = *impl_;
+  m.guarded([&] {
+    m.made.clear();
+    m.f->close();
+  });
+  m.out.commit();
+}
+
+void save_case(const std::string& path, const Case& c, bool replace) {
+  CaseWriter w(path, c, replace);
+  w.write(c, -1);
+  w.commit();
 }
 
 void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets) {

@@ -61,6 +61,27 @@ class CaseReader {
 // without `replace`, linked into place so that of two racing writers exactly one wins.
 void save_case(const std::string& path, const Case& c, bool replace = true);
 
+// Writes a case token chunk by token chunk, atomically like save_case: each dataset is
+// created at its full shape when first written, per-token tensors go in by hyperslab.
+class CaseWriter {
+ public:
+  // `head`: the problem (in its own token layout), norm_eps/hc_eps and attributes.
+  CaseWriter(const std::string& path, const Case& head, bool replace);
+  ~CaseWriter();
+  CaseWriter(const CaseWriter&) = delete;
+  CaseWriter& operator=(const CaseWriter&) = delete;
+
+  // Every tensor of `c`: per-token ones as tokens t0.. of the flattened token axis, the
+  // others (parameters, sums over tokens) whole, the first time they are seen. t0 < 0:
+  // `c` is the whole case, every tensor written whole in its own shape.
+  void write(const Case& c, int64_t t0);
+  void commit();  // closes the file and moves it into place
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 // Writes datasets ("/group/name" -> tensor) to a new file, atomically like save_case.
 void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets);
 

@@ -1,5 +1,7 @@
 #include "tensor.h"
 
+#include <algorithm>
+
 namespace mhc {
 
 std::string shape_str(const Shape& s) {
@@ -9,15 +11,6 @@ std::string shape_str(const Shape& s) {
     r += std::to_string(s[i]);
   }
   return r + "]";
-}
-
-double Tensor::at(int64_t i) const {
-  switch (dtype) {
-    case DType::bf16: return bf16_to_float(data<bf16>()[i]);
-    case DType::f32: return data<float>()[i];
-    case DType::f64: return data<double>()[i];
-  }
-  return 0;
 }
 
 void Tensor::set(int64_t i, double v) {
@@ -36,10 +29,18 @@ Tensor convert(const Tensor& t, DType to) {
 }
 
 double finite_rms(const Tensor& t) {
+  // fixed pieces on all threads, added in order: the same bits on any thread count
+  constexpr int64_t kPiece = int64_t(1) << 16;
+  const int64_t size = t.size(), pieces = (size + kPiece - 1) / kPiece;
+  std::vector<double> part(size_t(pieces), 0.0);
+  std::vector<int64_t> count(size_t(pieces), 0);
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < pieces; ++c)
+    for (int64_t i = c * kPiece; i < std::min(size, (c + 1) * kPiece); ++i)
+      if (double v = t.at(i); std::isfinite(v)) part[size_t(c)] += v * v, ++count[size_t(c)];
   double s = 0;
   int64_t n = 0;
-  for (int64_t i = 0; i < t.size(); ++i)
-    if (double v = t.at(i); std::isfinite(v)) s += v * v, ++n;
+  for (int64_t c = 0; c < pieces; ++c) s += part[size_t(c)], n += count[size_t(c)];
   double r = n ? std::sqrt(s / double(n)) : 0;
   return r > 0 ? r : 1;
 }

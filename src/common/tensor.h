@@ -49,7 +49,15 @@ struct Tensor {
   }
   template <class T> const T* data() const { return const_cast<Tensor*>(this)->data<T>(); }
 
-  double at(int64_t i) const;  // element i as double, whatever the dtype
+  double at(int64_t i) const {  // element i as double, whatever the dtype
+    const unsigned char* p = bytes.data();
+    switch (dtype) {
+      case DType::bf16: return bf16_to_float(reinterpret_cast<const bf16*>(p)[i]);
+      case DType::f32: return reinterpret_cast<const float*>(p)[i];
+      case DType::f64: return reinterpret_cast<const double*>(p)[i];
+    }
+    return 0;
+  }
   void set(int64_t i, double v);  // stores v rounded to the dtype (nearest even)
 };
 

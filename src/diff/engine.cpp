@@ -80,11 +80,12 @@ double max_error(const Tensor& t, const Tensor& o, const Unit& u, bool round) {
 
 // The metrics of a against b, and each element's error in `u` (fixed policy: |a-b| - rtol|b|
 // over atol, so that > 1 fails).
+template <class Scaled>
 StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, std::vector<double>& err,
-                    const std::function<double(double, double)>& scaled) {
+                    const Scaled& scaled) {
   // Fixed chunks on all threads, merged in chunk order: the same bits on any thread count.
   struct Part {
-    double num = 0, den = 0, worst = -1, max_rel = 0;
+    double num = 0, den = 0, worst = -1, max_rel = 0, err_max = 0;
     int64_t worst_i = 0, nan_a = 0, inf_a = 0, nan_b = 0, inf_b = 0;
   };
   const int64_t n = b.size(), chunk = kElementChunk, chunks = (n + chunk - 1) / chunk;
@@ -102,6 +103,7 @@ StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, s
       }
       if (d > p.worst) p.worst = d, p.worst_i = i;
       err[size_t(i)] = d == kInf ? kInf : scaled(d, y);
+      p.err_max = std::max(p.err_max, err[size_t(i)]);
     }
   }
   StageReport r;
@@ -110,6 +112,7 @@ StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, s
   Part all;
   for (const Part& p : parts) {
     all.num += p.num, all.den += p.den, all.max_rel = std::max(all.max_rel, p.max_rel);
+    all.err_max = std::max(all.err_max, p.err_max);
     all.nan_a += p.nan_a, all.inf_a += p.inf_a, all.nan_b += p.nan_b, all.inf_b += p.inf_b;
     if (p.worst > all.worst) all.worst = p.worst, all.worst_i = p.worst_i;
   }
@@ -117,6 +120,7 @@ StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, s
   r.l2_num = all.num, r.l2_den = all.den;
   r.rel_l2 = rel_l2(all.num, all.den);
   r.max_abs = std::max(all.worst, 0.0);
+  r.error = all.err_max;
   r.max_abs_index = unravel(all.worst_i, b.shape);
   r.a_at = n ? a.at(all.worst_i) : 0;
   r.b_at = n ? b.at(all.worst_i) : 0;
@@ -125,6 +129,7 @@ StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, s
 }
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
+  if (a.dtype == b.dtype) return a.bytes == b.bytes;
   for (int64_t i = 0; i < a.size(); ++i) {
     double x = a.at(i), y = b.at(i);
     if (!(x == y || (std::isnan(x) && std::isnan(y))) || std::signbit(x) != std::signbit(y)) return false;
@@ -256,7 +261,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       if (fixed_tol == opt.per_stage.end() && opt.atol >= 0) atol = opt.atol;
       if (fixed_tol == opt.per_stage.end() && opt.rtol >= 0) rtol = opt.rtol;
       r = measure(s.name, ta, tb, err, [&](double d, double y) { return d <= atol + rtol * std::fabs(y) ? 0.0 : 2.0; });
-      r.fixed = true, r.atol = atol, r.rtol = rtol, r.limit = 1;
+      r.fixed = true, r.atol = atol, r.rtol = rtol, r.limit = 1, r.error = 0;
       for (int64_t i = 0; i < tb.size(); ++i)
         r.min_atol = std::max(r.min_atol, elem_diff(ta.at(i), tb.at(i)) - rtol * std::fabs(tb.at(i)));
       r.has_accuracy = bitwise_equal(ta, tb);
@@ -278,8 +283,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     r = measure(s.name, ta, tb, err, ub);
     r.unit = bf ? "bf16_ulp" : "ref_rms";
     r.reference_error = max_error(tb, o, uo, false);
-    for (double e : err) r.error = std::max(r.error, e);
-    for (int64_t i = 0; i < tb.size(); ++i) r.min_atol = std::max(r.min_atol, elem_diff(ta.at(i), tb.at(i)));
+    r.min_atol = r.max_abs;
     r.has_accuracy = true;
 
     // bf16 stages: A's rounding, checked against the replay from A's own upstream tensors.
@@ -317,8 +321,11 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     rounding_ok(opt.accept);
     if (bf) r.rounding = rounding[opt.accept];
     std::vector<uint8_t> mask(err.size());
-    for (size_t i = 0; i < err.size(); ++i)
-      mask[i] = err[i] > r.limit || (bf && r.accuracy != Accuracy::exact && unexplained[opt.accept][i]);
+    const std::vector<uint8_t>& rounded_badly = unexplained[opt.accept];
+    const bool check_rounded = bf && r.accuracy != Accuracy::exact && !rounded_badly.empty();
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < int64_t(err.size()); ++i)
+      mask[size_t(i)] = err[size_t(i)] > r.limit || (check_rounded && rounded_badly[size_t(i)]);
     r.mismatches = std::count(mask.begin(), mask.end(), 1);
     bool fails = r.accuracy > opt.accept;
     r.status = fails ? Status::diverged : Status::ok;

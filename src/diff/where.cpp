@@ -144,12 +144,18 @@ HeatBinner::HeatBinner(const Shape& shape, const Stage& s, const Problem& p) {
 
 void HeatBinner::add(const float* err, const uint8_t* mask, int64_t n, int64_t first, double limit) {
   Heatmap& h = heat_;
-  for (int64_t k = 0; k < n; ++k) {
-    int64_t i = first + k;
-    float& v = h.value[size_t((i / cols_) / h.row_span * h.cols + (i % cols_) / h.col_span)];
-    double e = limit > 0 ? err[k] / limit : err[k];
-    if (mask[k]) e = std::max(e, 1.5);
-    v = std::max(v, float(std::min(e, 1e6)));
+  const double scale = limit > 0 ? 1 / limit : 1;
+  for (int64_t k = 0; k < n;) {  // row by row, bin by bin
+    const int64_t i = first + k, row = i / cols_, col = i % cols_;
+    const int64_t end = std::min(n, k + (std::min(cols_, (col / h.col_span + 1) * h.col_span) - col));
+    double worst = 0;
+    bool failing = false;
+    for (int64_t j = k; j < end; ++j) worst = std::max(worst, double(err[j])), failing = failing || mask[j];
+    double e = std::min(worst * scale, 1e6);
+    if (failing) e = std::max(e, 1.5);
+    float& v = h.value[size_t(row / h.row_span * h.cols + col / h.col_span)];
+    v = std::max(v, float(e));
+    k = end;
   }
 }
 
