@@ -1,5 +1,8 @@
 // cmd_run.cpp — mhc run: load a case, run a backend, write every stage.
+#include <unistd.h>
+
 #include <chrono>
+#include <iostream>
 #include <cstdio>
 #include <memory>
 
@@ -65,6 +68,7 @@ void add_run(CLI::App& app, int& rc) {
       head.attrs = {{"backend", "cpu"}, {"precision", precision_name(b.prec)}};
       CaseWriter out(o->out, head, o->force);
       TokenSums sums;
+      const auto begin = std::chrono::steady_clock::now();
       const int64_t blocks = o->chunk ? (o->chunk + kTokenBlock - 1) / kTokenBlock
                                       : std::max<int64_t>(1, (int64_t(1) << 24) / (kTokenBlock * prob.K()));
       const int64_t chunk = blocks * kTokenBlock;  // the same bits for any chunk size
@@ -77,7 +81,11 @@ void add_run(CLI::App& app, int& rc) {
         nonfinite(c, t0);
         out.write(c, t0);
         add_summary(c);
+        if (isatty(STDERR_FILENO) && std::chrono::steady_clock::now() - begin > std::chrono::seconds(1))
+          std::cerr << "\rmhc run: " << int(100.0 * double(std::min(prob.T(), t0 + chunk)) / double(prob.T()))
+                    << "% of tokens\033[K" << std::flush;
       }
+      if (isatty(STDERR_FILENO)) std::cerr << "\r\033[K" << std::flush;
       cpu_finish(head, sums, Arith(b.prec));
       nonfinite(head, 0);
       out.write(head, 0);
