@@ -14,12 +14,12 @@ build-gpu/mhc --version
 (cd build-gpu && ctest --output-on-failure -j"${CTEST_JOBS:-4}" ${CTEST_ARGS:-}) > "$out/ctest.log" 2>&1
 tests=$?
 tail -40 "$out/ctest.log"
+bench=0  # non-zero when any benchmark fails, not only the last
 for shape in ${SHAPES:-4096,4,2560 16384,4,4096 65536,4,2560 4096,8,4096}; do
   for pass in fwd bwd both; do
-    build-gpu/mhc bench --backend cuda --shape "$shape" --pass $pass --repeat 20 --warmup 3 --json
+    build-gpu/mhc bench --backend cuda --shape "$shape" --pass $pass --repeat 20 --warmup 3 --json || bench=1
   done
 done > "$out/bench.jsonl" 2> "$out/bench.err"
-bench=$?
 cat "$out/bench.jsonl"
 # per-kernel times (Nsight Compute), when asked: PROFILE=16384,4,4096
 if [ -n "${PROFILE:-}" ]; then

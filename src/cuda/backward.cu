@@ -13,10 +13,14 @@ namespace mhc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kDxTok = 32;      // tokens per dx block: 8 warps x 4 tokens
-constexpr int kColTile = 256;   // columns of K per dx / param_partial block
-constexpr int kChunk = 32;      // tokens staged in shared memory per param_partial step
-constexpr int kSplitTok = 128;  // tokens per split at least
+constexpr int kWarps = kThreads / 32;
+constexpr int kDxTok = 4 * kWarps;  // tokens per dx block: 4 per warp
+constexpr int kColTile = 256;       // columns of K per dx / param_partial block: 8 per lane
+constexpr int kChunk = 32;          // tokens staged in shared memory per param_partial step
+constexpr int kSplitTok = 128;      // tokens per split at least
+static_assert((kThreads & (kThreads - 1)) == 0, "block_sum halves the block");
+static_assert(kColTile == 2 * 4 * 32, "tile_col: a lane owns 4 columns in each 128-column half");
+static_assert(kDxTok <= kThreads, "dx_kernel: one thread per token loads coef");
 
 // Fixed-order tree sum over the block of one value per thread; result valid in thread 0.
 __device__ float block_sum(float v, float* red) {
@@ -196,13 +200,13 @@ __global__ void __launch_bounds__(kThreads) dx_kernel(BwdParams p) {
 // a time; a chunk's partial sums are added to the total (error grows with chunks).
 template <int n>
 __global__ void __launch_bounds__(kThreads) param_partial(BwdParams p) {
-  constexpr int N = n * n + 2 * n, RJ = (N + 7) / 8;  // outputs per thread: jg, jg+8, ...
+  constexpr int N = n * n + 2 * n, RJ = ceil_div(N, kWarps);  // outputs per thread: jg, jg+8, ... (jg: the warp)
   __shared__ __align__(16) float xs[kChunk][kColTile];
   __shared__ float dhm[kChunk][N];
   const __nv_bfloat16* __restrict__ x = p.x;
   const int K = n * p.D, cg = threadIdx.x % 32, jg = threadIdx.x / 32;
   const int kbase = blockIdx.x * kColTile;
-  const int64_t per = (p.T + p.splits - 1) / p.splits;
+  const int64_t per = ceil_div(p.T, p.splits);
   const int64_t ta = int64_t(blockIdx.y) * per, tb = min(p.T, ta + per);
   float acc[RJ][8];
 #pragma unroll
@@ -244,7 +248,7 @@ __global__ void __launch_bounds__(kThreads) param_partial(BwdParams p) {
       const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
 #pragma unroll
       for (int s = 0; s < RJ; ++s) {
-        const float d = dhm[r][min(jg + 8 * s, N - 1)];
+        const float d = dhm[r][min(jg + kWarps * s, N - 1)];
 #pragma unroll
         for (int c = 0; c < 8; ++c) part[s][c] = fmaf(d, xv[c], part[s][c]);
       }
@@ -256,7 +260,7 @@ __global__ void __launch_bounds__(kThreads) param_partial(BwdParams p) {
   }
 #pragma unroll
   for (int s = 0; s < RJ; ++s) {
-    const int j = jg + 8 * s;
+    const int j = jg + kWarps * s;
     if (j >= N) break;
 #pragma unroll
     for (int c = 0; c < 8; ++c) {
@@ -266,18 +270,28 @@ __global__ void __launch_bounds__(kThreads) param_partial(BwdParams p) {
   }
 }
 
+// Per column k: P[j,k] summed over the splits in order, then dphi and dgamma. The N sums of
+// one split are independent loads, all in flight at once.
 template <int n>
 __global__ void __launch_bounds__(kThreads) param_final(BwdParams p) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
   const int k = blockIdx.x * kThreads + threadIdx.x;
   if (k >= K) return;
+  const float* __restrict__ partial = p.partial;
+  const float* __restrict__ phi = p.phi;
+  float s[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) s[j] = 0.0f;
+  for (int q = 0; q < p.splits; ++q)
+#pragma unroll
+    for (int j = 0; j < N; ++j) s[j] += partial[(int64_t(q) * N + j) * K + k];
+  const float g = p.gamma[k];
   float dg = 0.0f;
+#pragma unroll
   for (int j = 0; j < N; ++j) {
-    float s = 0.0f;
-    for (int q = 0; q < p.splits; ++q) s += p.partial[(int64_t(q) * N + j) * K + k];
-    p.dphi[int64_t(j) * K + k] = s * p.gamma[k];
-    dg = fmaf(p.phi[int64_t(j) * K + k], s, dg);
+    p.dphi[int64_t(j) * K + k] = s[j] * g;
+    dg = fmaf(phi[int64_t(j) * K + k], s[j], dg);
   }
   p.dgamma[k] = dg;
 }
@@ -295,12 +309,12 @@ __global__ void __launch_bounds__(kThreads) reduce_cols(const float* in, int64_t
 template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
-  const unsigned ktiles = unsigned((K + kThreads - 1) / kThreads), ctiles = unsigned((K + kColTile - 1) / kColTile);
+  const unsigned ktiles = unsigned(ceil_div(K, kThreads)), ctiles = unsigned(ceil_div(K, kColTile));
   const size_t dx_smem = size_t(N) * (kColTile + kDxTok) * sizeof(float);  // up to 92 KB at n = 8
   CUDA_CHECK(cudaFuncSetAttribute(dx_kernel<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dx_smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
-  dx_kernel<n><<<dim3(ctiles, unsigned((p.T + kDxTok - 1) / kDxTok)), kThreads, dx_smem, s>>>(p);
+  dx_kernel<n><<<dim3(ctiles, unsigned(ceil_div(p.T, kDxTok))), kThreads, dx_smem, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   param_partial<n><<<dim3(ctiles, unsigned(p.splits)), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
@@ -315,7 +329,7 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
 }  // namespace
 
 int token_splits(int64_t T, int64_t K) {
-  int64_t ktiles = (K + kColTile - 1) / kColTile;
+  int64_t ktiles = ceil_div(K, kColTile);
   int64_t want = std::max<int64_t>(1, 1024 / ktiles);  // about 1024 blocks in all
   int64_t most = std::max<int64_t>(1, T / kSplitTok);
   return int(std::min(want, most));

@@ -54,7 +54,7 @@ struct DeviceCase {
   Problem prob;
   DeviceArray<__nv_bfloat16> x, dh_in, h_in, dx;
   DeviceArray<float> pg, phi, gamma, alpha, bias, dh_post, dh_res;
-  DeviceArray<float> inv_rms, h_mix, h_pre, h_post, h_res;
+  DeviceArray<float> inv_rms, h_mix, h_pre, h_post, h_res, fwd_scratch;
   DeviceArray<float> dh_pre, dh_mix, dinv_rms, dvecX, g_tok, a_tok, partial, dphi, dalpha, dbias, dgamma;
   cuda::FwdParams fwd{};
   cuda::BwdParams bwd{};
@@ -75,7 +75,8 @@ struct DeviceCase {
     pg = upload<float>(pgh);
     inv_rms = DeviceArray<float>(T), h_mix = DeviceArray<float>(T * N), h_pre = DeviceArray<float>(T * n);
     h_post = DeviceArray<float>(T * n), h_res = DeviceArray<float>(T * n * n), h_in = DeviceArray<__nv_bfloat16>(T * D);
-    fwd = {x.p, pg.p, alpha.p, bias.p, inv_rms.p, h_mix.p, h_pre.p, h_post.p, h_res.p, h_in.p,
+    fwd_scratch = DeviceArray<float>(size_t(cuda::forward_scratch_floats(prob.T(), int(prob.n), int(prob.D))));
+    fwd = {x.p, pg.p, alpha.p, bias.p, inv_rms.p, h_mix.p, h_pre.p, h_post.p, h_res.p, h_in.p, fwd_scratch.p,
            prob.T(), int(prob.n), int(prob.D), float(prob.norm_eps), float(prob.hc_eps)};
     if (!backward) return;
     dh_in = upload<__nv_bfloat16>(c.get("dh_in"));

@@ -9,6 +9,9 @@
 
 namespace mhc::cuda {
 
+// Blocks (or tiles) of size b that cover a: launch arithmetic.
+__host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
 struct FwdParams {
   const __nv_bfloat16* x;  // [T,K]
   const float* pg;         // [N,K] phi with gamma folded in (phi[j,k] * gamma[k])
@@ -20,6 +23,7 @@ struct FwdParams {
   float* h_post;           // [T,n]
   float* h_res;            // [T,n,n]
   __nv_bfloat16* h_in;     // [T,D]
+  float* scratch;          // forward_scratch_floats(T, n, D): partial sums over K slices
   int64_t T;
   int n, D;
   float norm_eps, hc_eps;
@@ -53,6 +57,9 @@ struct BwdParams {
   int n, D, splits;
   float hc_eps;
 };
+
+// Floats of FwdParams::scratch for a shape: the forward's partial sums over its K slices.
+int64_t forward_scratch_floats(int64_t T, int n, int D);
 
 // Number of token splits of the dphi/dgamma reduction: a function of the shape only,
 // so results are the same bits on every device.
