@@ -1,39 +1,102 @@
 #include "backends.h"
 
-#include <omp.h>
-
-#include <chrono>
-#include <fstream>
-
-#include "cpu_backend.h"
-#include "cuda_backend.h"
 #include "version.h"
 
 namespace mhc {
 
-std::string BackendSpec::str() const { return name == "cpu" ? cat("cpu:", precision_name(prec)) : name; }
+const std::vector<Backend>& backend_table() {
+  static const std::vector<Backend> table = {cpu_backend(), cuda_backend(), exec_backend()};
+  return table;
+}
 
-static const char* const kBackends[] = {"cpu", "cpu:fp32", "cpu:fp64", "cuda", "cuda:fp32"};
+const std::string& BackendSpec::name() const { return backend->name; }
+
+std::string BackendSpec::str() const {
+  if (backend->takes_argument) return cat(name(), ":", arg);
+  return backend->precisions.size() > 1 ? cat(name(), ":", precision_name(prec)) : name();
+}
 
 std::string backend_names() {
   std::string s;
-  for (const char* b : kBackends) s += cat(s.empty() ? "" : ", ", b);
+  for (const Backend& b : backend_table()) s += cat(s.empty() ? "" : ", ", b.usage);
   return s;
 }
 
+std::string backend_help() {
+  std::string s = "Backends:\n";
+  for (const Backend& b : backend_table()) {
+    std::string why = b.unavailable();
+    s += cat("  ", b.usage, std::string(b.usage.size() < 26 ? 26 - b.usage.size() : 1, ' '), b.what,
+             why.empty() ? "" : cat(" [unavailable here: ", why, "]"), "\n");
+  }
+  return s;
+}
+
+namespace {
+
+// The row and the rest of a spec, or nullptr when no row has that name.
+const Backend* find_backend(const std::string& text, std::string& rest) {
+  const size_t colon = text.find(':');
+  const std::string name = text.substr(0, colon);
+  rest = colon == std::string::npos ? "" : text.substr(colon + 1);
+  for (const Backend& b : backend_table())
+    if (b.name == name) return &b;
+  return nullptr;
+}
+
+// The spec, or "" with `why` set.
+bool parse(const std::string& text, BackendSpec& spec, std::string& why) {
+  std::string rest;
+  spec.backend = find_backend(text, rest);
+  if (!spec.backend) return false;
+  const Backend& b = *spec.backend;
+  if (b.takes_argument) {
+    if (rest.empty()) return why = cat("expected ", b.usage), false;
+    spec.arg = rest;
+    return true;
+  }
+  spec.prec = b.precisions.front();
+  if (rest.empty()) return true;
+  for (Precision p : b.precisions)
+    if (rest == precision_name(p)) return spec.prec = p, true;
+  return why = cat("expected ", b.usage), false;
+}
+
+const Backend& usable(const BackendSpec& b) {
+  if (std::string why = b.backend->unavailable(); !why.empty())
+    fail("the ", b.name(), " backend is not available: ", why);
+  return *b.backend;
+}
+
+}  // namespace
+
 bool is_backend_spec(const std::string& text) {
-  for (const char* b : kBackends)
-    if (text == b) return true;
-  return false;
+  BackendSpec spec;
+  std::string why;
+  return parse(text, spec, why);
 }
 
 BackendSpec parse_backend(const std::string& text) {
-  if (!is_backend_spec(text)) fail("unknown backend '", text, "': expected one of ", backend_names());
-  BackendSpec b;
-  b.name = text.substr(0, text.find(':'));
-  b.prec = text == "cpu:fp64" ? Precision::fp64 : Precision::fp32;
-  return b;
+  BackendSpec spec;
+  std::string why;
+  if (!parse(text, spec, why)) {
+    if (!spec.backend) fail("unknown backend '", text, "': expected one of ", backend_names());
+    fail("backend '", text, "': ", why);
+  }
+  return spec;
 }
+
+void run_backend(const BackendSpec& b, Case& c, Pass pass, bool dump_intermediates) {
+  usable(b).run(b, c, pass, dump_intermediates);
+}
+
+std::vector<double> bench_backend(const BackendSpec& b, const Case& c, Pass pass, int warmup, int repeat) {
+  const Backend& row = usable(b);
+  if (!row.bench) fail("mhc bench: the ", b.name(), " backend cannot be timed in-process (time your program itself)");
+  return row.bench(b, c, pass, warmup, repeat);
+}
+
+std::string backend_device(const BackendSpec& b) { return usable(b).device(b); }
 
 bool cuda_built() {
 #ifdef MHC_HAVE_CUDA
@@ -50,47 +113,6 @@ std::string version_string() {
   std::string cuda = "CPU only: built without CUDA";
 #endif
   return cat("mhc ", MHC_VERSION, " (HDF5 schema ", MHC_SCHEMA_VERSION, "; ", cuda, ")");
-}
-
-#ifndef MHC_HAVE_CUDA
-[[noreturn]] static void no_cuda() {
-  fail("the cuda backend is not available: this mhc was built without CUDA (see mhc --version)");
-}
-void cuda_run(Case&, Pass, bool) { no_cuda(); }
-std::vector<double> cuda_bench(const Case&, Pass, int, int) { no_cuda(); }
-std::string cuda_device_name() { no_cuda(); }
-double cuda_copy_gbps() { no_cuda(); }
-#endif
-
-void run_backend(const BackendSpec& b, Case& c, Pass pass, bool dump_intermediates) {
-  if (b.name == "cpu") return cpu_run(c, b.prec, pass);
-  cuda_run(c, pass, dump_intermediates);
-}
-
-std::vector<double> bench_backend(const BackendSpec& b, const Case& c, Pass pass, int warmup, int repeat) {
-  if (b.name == "cuda") return cuda_bench(c, pass, warmup, repeat);
-  Case work = c;
-  if (pass == Pass::bwd) cpu_run(work, b.prec, Pass::fwd);
-  std::vector<double> ms;
-  for (int i = 0; i < warmup + repeat; ++i) {
-    auto t0 = std::chrono::steady_clock::now();
-    cpu_run(work, b.prec, pass);
-    auto t1 = std::chrono::steady_clock::now();
-    if (i >= warmup) ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-  }
-  return ms;
-}
-
-std::string backend_device(const BackendSpec& b) {
-  if (b.name == "cuda") return cuda_device_name();
-  std::ifstream f("/proc/cpuinfo");
-  std::string line, model = "unknown CPU";
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      model = line.substr(line.find(':') + 2);
-      break;
-    }
-  return cat(model, ", ", omp_get_max_threads(), " threads");
 }
 
 }  // namespace mhc

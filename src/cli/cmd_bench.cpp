@@ -41,7 +41,7 @@ void add_bench(CLI::App& app, int& rc) {
     Pass pass = o->pass == "fwd" ? Pass::fwd : o->pass == "bwd" ? Pass::bwd : Pass::both;
     Case c = generate_case(p, o->seed, pass != Pass::fwd);
     std::string device = backend_device(b);
-    const double copy_gbps = b.name == "cuda" ? cuda_copy_gbps() : 0.0;  // 0: not measured
+    const double copy_gbps = b.name() == "cuda" ? cuda_copy_gbps() : 0.0;  // 0: not measured
     std::vector<double> ms = bench_backend(b, c, pass, o->warmup, o->repeat);
     std::sort(ms.begin(), ms.end());
     double med = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);

@@ -102,14 +102,14 @@ void add_diff(CLI::App& app, int& rc) {
   struct Opts {
     std::string a, b, input, tolerance = "budget", shape = kDefaultShape, accept = "fp32", require, dump, report, tokens;
     std::vector<std::string> tol;
-    double factor = 2, atol = -1, rtol = -1;
+    double factor = 2, atol = -1, rtol = -1, timeout = 600;
     uint64_t seed = 0;
     int64_t tile = 64;
     bool json = false, ignore_inputs = false, strict = false, allow_nonfinite = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("diff", "Compare two runs stage by stage; name the first divergent stage");
-  sub->add_option("A", o->a, "backend (cpu, cpu:fp64, cuda) or HDF5 file")->required();
+  sub->add_option("A", o->a, "backend (cpu, cpu:fp64, cuda, exec:COMMAND) or HDF5 file")->required();
   sub->add_option("B", o->b, "the reference: backend or HDF5 file")->required();
   sub->add_option("--input", o->input, "inputs for backend sides (default: the file side's /inputs, else generated)");
   sub->add_option("--shape", o->shape, "shape of the generated default case")->capture_default_str();
@@ -125,6 +125,8 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("--atol", o->atol, "fixed policy: absolute tolerance (default per dtype)");
   sub->add_option("--rtol", o->rtol, "fixed policy: relative tolerance (default per dtype)");
   sub->add_option("--tol", o->tol, "per-stage fixed tolerance STAGE=ATOL,RTOL (repeatable)");
+  sub->add_option("--timeout", o->timeout, "exec: seconds a command may run")->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_option("--tile", o->tile, "tile size the where-summary names")->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--dump-diff", o->dump, "write A-B, per-element error and mismatch mask of every stage to FILE.h5");
   sub->add_option("--report", o->report, "write a self-contained HTML page: verdict, table, error heatmaps");
@@ -137,6 +139,7 @@ void add_diff(CLI::App& app, int& rc) {
       "(unknown dataset, stage stored in a lossy type or shape, inputs that differ, nothing compared).\n"
       "Examples:\n  mhc diff cpu cpu:fp64 --input data/example.h5\n  mhc diff cpu cuda\n"
       "  mhc diff mine.h5 cpu                 (your kernel's dump against the golden on its own inputs)\n"
+      "  mhc diff 'exec:python3 kernel.py {in} {out}' cpu --shape 257,4,200\n"
       "  mhc diff mine.h5 cpu:fp64 --accept tf32 --require all\n"
       "  mhc diff mine.h5 cpu --json --dump-diff errors.h5 --report diff.html\n"
       "  mhc diff a.h5 b.h5 --tolerance fixed --atol 1e-5 --rtol 1e-3 --tol dphi=1e-4,1e-3");
@@ -201,7 +204,8 @@ void add_diff(CLI::App& app, int& rc) {
     // A backend side: the golden runs chunk by chunk; another backend on the whole case.
     auto backend_side = [&](const std::string& text) -> std::shared_ptr<Side> {
       BackendSpec spec = parse_backend(text);
-      if (spec.name == "cpu") return cpu_side(in, Arith(spec.prec));
+      spec.timeout = o->timeout;
+      if (spec.backend->streams) return cpu_side(in, Arith(spec.prec));
       Case c = whole_inputs(*in);
       run_backend(spec, c, Pass::both, true);
       if (std::string at = c.first_nonfinite(); !at.empty() && !o->allow_nonfinite)

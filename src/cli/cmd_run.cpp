@@ -1,6 +1,7 @@
 // cmd_run.cpp — mhc run: load a case, run a backend, write every stage.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <iostream>
 #include <cstdio>
@@ -19,10 +20,14 @@ void add_run(CLI::App& app, int& rc) {
     std::string backend = "cpu", precision, in, out;
     bool force = false, strict = false, allow_nonfinite = false, dump = false, quiet = false;
     int64_t chunk = 0;
+    double timeout = 600;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("run", "Run the operator (forward, and backward when gradients are given)");
-  sub->add_option("--backend", o->backend, "cpu, cpu:fp64 or cuda")->capture_default_str();
+  sub->add_option("--backend", o->backend, "cpu, cpu:fp64, cuda or exec:COMMAND (mhc --help lists them)")
+      ->capture_default_str();
+  sub->add_option("--timeout", o->timeout, "exec: seconds the command may run")->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_option("--precision", o->precision, "fp32 (default) or fp64 (cpu only: the float64 oracle)")
       ->check(CLI::IsMember({"fp32", "fp64"}));
   sub->add_flag("--force", o->force, "replace an existing output file");
@@ -36,12 +41,16 @@ void add_run(CLI::App& app, int& rc) {
   sub->add_option("out", o->out, "output HDF5 file: a copy of /inputs plus /forward and /backward")->required();
   sub->footer(
       "Examples:\n  mhc run --backend cpu in.h5 out.h5\n  mhc run --backend cpu --precision fp64 in.h5 oracle.h5\n"
-      "  mhc run --backend cuda --dump-intermediates in.h5 gpu.h5");
+      "  mhc run --backend cuda --dump-intermediates in.h5 gpu.h5\n"
+      "  mhc run --backend 'exec:python3 kernel.py {in} {out}' in.h5 mine.h5");
   sub->callback([o, &rc] {
     BackendSpec b = parse_backend(o->backend);
+    b.timeout = o->timeout;
     if (!o->precision.empty()) {
-      if (b.name == "cuda" && o->precision != "fp32") fail("--precision fp64: the cuda backend computes in fp32");
       b.prec = o->precision == "fp64" ? Precision::fp64 : Precision::fp32;
+      const auto& precs = b.backend->precisions;
+      if (std::find(precs.begin(), precs.end(), b.prec) == precs.end())
+        fail("--precision ", o->precision, ": the ", b.name(), " backend computes in ", precision_name(precs.front()));
     }
     LoadOptions lo;
     lo.strict = o->strict;
@@ -59,7 +68,7 @@ void add_run(CLI::App& app, int& rc) {
     double ms = 0;
     Problem prob;
     bool backward = false;
-    if (b.name == "cpu") {  // token chunk by token chunk: memory does not grow with T
+    if (b.backend->streams) {  // token chunk by token chunk: memory does not grow with T
       lo.memory_factor = 0;
       CaseReader in(o->in, lo, false);
       check_output_path(o->out, o->in, o->force);

@@ -28,7 +28,9 @@ int main(int argc, char** argv) {
       "  mhc gen --shape 256,4,1024 --seed 1 in.h5\n"
       "  mhc run --backend cpu in.h5 out.h5\n"
       "  mhc diff cpu cuda --input in.h5\n"
-      "  mhc diff mine.h5 cpu");
+      "  mhc diff mine.h5 cpu\n"
+      "  mhc check 'exec:python3 kernel.py {in} {out}'\n");
+  app.footer([] { return mhc::backend_help(); });  // asked only for --help: the cuda row looks for a GPU
   mhc::remove_temp_on_signal();
   // Keep freed memory for the next token chunk instead of returning it to the system:
   // fresh pages cost a fault and a zero fill each.

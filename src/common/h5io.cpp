@@ -511,6 +511,17 @@ Case load_case(const std::string& path, const LoadOptions& opt, bool outputs) {
   return CaseReader(path, opt, outputs).whole();
 }
 
+void load_stages(const std::string& path, Case& c) {
+  H5::H5File f = open_h5(path);
+  try {
+    std::vector<TokenDataset> tok;
+    read_outputs_head(f, path, c, tok);
+    for (const TokenDataset& k : tok) c.t[k.stage->name] = read_all(k.data, path, k.path);
+  } catch (const H5::Exception& e) {
+    fail(path, ": read error in ", e.getFuncName(), " (", h5_cause(), ")");
+  }
+}
+
 namespace {
 
 H5::DataType file_type(DType t) {

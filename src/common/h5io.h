@@ -30,6 +30,11 @@ uint64_t memory_limit();
 // /forward and /backward dataset present, kept in its stored dtype and shape.
 Case load_case(const std::string& path, const LoadOptions& opt, bool outputs);
 
+// The stages a program wrote for the inputs of `c` (the exec backend): every /forward and
+// /backward dataset of the schema, in its stored dtype and shape, into c.t; other datasets
+// in those groups into c.unknown. The file's own /inputs, if any, are not read.
+void load_stages(const std::string& path, Case& c);
+
 // Reads a case token chunk by token chunk (HDF5 hyperslabs), for commands whose memory must
 // not grow with T. The constructor validates the file as load_case does and reads what is
 // not per token: parameters and, with `outputs`, the sums over tokens.

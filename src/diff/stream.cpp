@@ -170,7 +170,12 @@ StageReport finish_stage(Merged& m, const Problem& p, const DiffOptions& opt) {
   if (!r.compared) return std::move(r);
   r.rel_l2 = rel_l2(r.l2_num, r.l2_den);
   if (r.rounding.checked) explain(r.rounding);
-  if (!m.rounding_reason || m.over_limit) r.rounding.reason.clear();  // values off by more than rounding: that is the news
+  if (m.over_limit) {
+    r.rounding.reason.clear();  // values off by more than rounding: that is the news
+  } else if (!r.rounding.reason.empty() && !m.rounding_reason) {
+    // evidence no single block held (ties not to even, counted over every block): A's own rounding
+    r.status = Status::diverged, r.accuracy = Accuracy::diverged;
+  }
   if (severity(r.status) > 0) {
     const Stage& s = stage(r.name);
     m.where->fill(r, s, p, opt.tile);
