@@ -107,7 +107,7 @@ TEST_SUITE("cli") {
     {
       Bad b("grads");
       remove_dataset(b.in, "/inputs/dh_res");
-      b.expect_error(b.run(), {"in.h5: /inputs: 2 of the 3 gradients", "backward needs all three"});
+      b.expect_error(b.run(), {"in.h5: /inputs: 2 of the 3 gradients", "backward needs all 3"});
     }
   }
 

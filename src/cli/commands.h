@@ -10,5 +10,6 @@ void add_run(CLI::App& app, int& rc);
 void add_inspect(CLI::App& app, int& rc);
 void add_bench(CLI::App& app, int& rc);
 void add_diff(CLI::App& app, int& rc);
+void add_check(CLI::App& app, int& rc);
 
 }  // namespace mhc

@@ -42,6 +42,7 @@ int main(int argc, char** argv) {
   mhc::add_inspect(app, rc);
   mhc::add_bench(app, rc);
   mhc::add_diff(app, rc);
+  mhc::add_check(app, rc);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

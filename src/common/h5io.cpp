@@ -316,7 +316,7 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
     fail(file, ": /inputs: missing group (expected an mhc case; see docs/schema.md)");
   auto where = [&](const Stage& s) { return cat(file, ": ", dataset_path(s), ": "); };
 
-  const Stage& xs = stage("x");
+  const Stage& xs = shape_input();
   if (!link_exists(f, file, dataset_path(xs)))
     fail(where(xs), "missing dataset (expected bfloat16 [T,n,D] or [B,S,n,D])");
   Shape xshape = dataset_shape(open_dataset(f, file, dataset_path(xs)), file, dataset_path(xs), false);
@@ -334,11 +334,11 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
     if (s.group != Group::inputs) continue;
     Shape want = stage_shape(s, c.prob);
     if (!link_exists(f, file, dataset_path(s))) {
-      if (s.name == std::string("gamma")) {
+      if (s.absent == Absent::ones) {
         Tensor ones(want, DType::f32);
         for (int64_t i = 0; i < ones.size(); ++i) ones.data<float>()[i] = 1.0f;
-        c.t["gamma"] = std::move(ones);
-      } else if (!is_gradient_input(s.name)) {
+        c.t[s.name] = std::move(ones);
+      } else if (s.absent == Absent::error) {
         fail(where(s), "missing dataset (expected ", dtype_name(s.dtype), " ", stage_shape_str(s), " = ",
              shape_str(want), ")");
       }
@@ -346,11 +346,12 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
     }
     auto check = [&](const Shape& found) {
       if (found == want) return;
-      std::string hint = s.name == std::string("phi") && found.size() == 2 && found[1] != c.prob.K()
-                             ? cat("; x gives n*D = ", c.prob.K(), " but phi has ", found[1], " columns")
+      const bool k_last = !s.dims.empty() && s.dims.back() == Dim::k;
+      std::string hint = k_last && found.size() == want.size() && found.back() != c.prob.K()
+                             ? cat("; ", xs.name, " gives n*D = ", c.prob.K(), " but ", s.name, " has ", found.back(), " columns")
                              : "";
       fail(where(s), "expected shape ", stage_shape_str(s), " = ", shape_str(want), " (n=", c.prob.n,
-           ", D=", c.prob.D, " from /inputs/x), found ", shape_str(found), hint);
+           ", D=", c.prob.D, " from ", dataset_path(xs), "), found ", shape_str(found), hint);
     };
     FloatDataset d = open_float(f, file, dataset_path(s), !per_token(s), check);
     if (per_token(s)) tok.push_back({&s, dataset_path(s), d, true});
@@ -358,10 +359,14 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
   }
 
   int grads = 0;
-  for (const TokenDataset& t : tok) grads += is_gradient_input(t.stage->name);
-  if (grads != 0 && grads != 3)
-    fail(file, ": /inputs: ", grads, " of the 3 gradients dh_in, dh_post, dh_res present: backward needs all three",
-         " (or none, for forward only)");
+  for (const TokenDataset& t : tok) grads += t.stage->absent == Absent::forward_only;
+  const std::vector<std::string>& all = gradient_inputs();
+  if (grads != 0 && grads != int(all.size())) {
+    std::string names;
+    for (auto& g : all) names += cat(names.empty() ? "" : ", ", g);
+    fail(file, ": /inputs: ", grads, " of the ", all.size(), " gradients ", names, " present: backward needs all ",
+         all.size(), " (or none, for forward only)");
+  }
 
   H5::Group g = f.openGroup("/inputs");
   std::string gw = cat(file, ": /inputs: ");

@@ -15,10 +15,10 @@ const std::vector<Stage>& stage_table() {
       {"phi", Group::inputs, {nmix, k}, F32, {}, "projection; rows: pre n, post n, res n*n"},
       {"alpha", Group::inputs, {three}, F32, {}, "gates of pre, post, res"},
       {"bias", Group::inputs, {nmix}, F32, {}, "bias of pre, post, res"},
-      {"gamma", Group::inputs, {n, d}, F32, {}, "RMSNorm weight (optional, default ones)"},
-      {"dh_in", Group::inputs, {tok, d}, B16, {}, "gradient of h_in"},
-      {"dh_post", Group::inputs, {tok, n}, F32, {}, "gradient of h_post"},
-      {"dh_res", Group::inputs, {tok, n, n}, F32, {}, "gradient of h_res"},
+      {"gamma", Group::inputs, {n, d}, F32, {}, "RMSNorm weight (optional, default ones)", Absent::ones},
+      {"dh_in", Group::inputs, {tok, d}, B16, {}, "gradient of h_in", Absent::forward_only},
+      {"dh_post", Group::inputs, {tok, n}, F32, {}, "gradient of h_post", Absent::forward_only},
+      {"dh_res", Group::inputs, {tok, n, n}, F32, {}, "gradient of h_res", Absent::forward_only},
       // forward
       {"inv_rms", Group::forward, {tok}, F32, {"x"}, "1/sqrt(mean(x^2)+norm_eps)"},
       {"h_mix", Group::forward, {tok, nmix}, F32, {"x", "gamma", "phi"}, "(x*gamma) phi^T"},
@@ -124,8 +124,15 @@ DType stored_dtype(const Stage& s, Precision prec) {
 bool per_token(const Stage& s) { return !s.dims.empty() && s.dims[0] == Dim::tok; }
 bool is_token_sum(const Stage& s) { return s.group == Group::backward && !per_token(s); }
 
+const Stage& shape_input() { return stage_table().front(); }
+
 const std::vector<std::string>& gradient_inputs() {
-  static const std::vector<std::string> g = {"dh_in", "dh_post", "dh_res"};
+  static const std::vector<std::string> g = [] {
+    std::vector<std::string> names;
+    for (const Stage& s : stage_table())
+      if (s.absent == Absent::forward_only) names.push_back(s.name);
+    return names;
+  }();
   return g;
 }
 

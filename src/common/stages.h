@@ -19,6 +19,9 @@ inline const char* group_name(Group g) {
 // Symbolic dimensions; `tok` expands to the problem's token dimensions ([T] or [B,S]).
 enum class Dim { tok, n, d, nmix, k, three };
 
+// What a file without an input means.
+enum class Absent { error, ones, forward_only };
+
 struct Stage {
   const char* name;
   Group group;
@@ -26,11 +29,13 @@ struct Stage {
   DType dtype;  // stored dtype at fp32 precision; at fp64 every computed stage is float64
   std::vector<const char*> deps;
   const char* what;
+  Absent absent = Absent::error;  // inputs: error, all ones (gamma), or no backward (the gradients)
 };
 
 const std::vector<Stage>& stage_table();
 const Stage* find_stage(std::string_view name);  // nullptr if unknown
 const Stage& stage(std::string_view name);        // MHC_CHECKs that it exists
+const Stage& shape_input();  // the input whose shape gives the problem: x, [T,n,D] or [B,S,n,D]
 
 // For a dataset path that names no stage: "did you mean /forward/h_mix?", or "" when nothing is close.
 std::string suggest_stage(const std::string& path);

@@ -45,10 +45,16 @@ struct Unit {
 
 Unit unit_of(const Stage& s, const Tensor& ref) { return Unit{s.dtype == DType::bf16, finite_rms(ref)}; }
 
-// E_C is the largest of m element errors of one plain evaluation. For few elements that
-// sample maximum is noisy (its expected value is about sigma * sqrt(2 ln 2m)), while a
-// correct kernel's largest error can reach about 3.7 sigma: the factor makes up the gap.
-double small_sample(int64_t m) { return std::max(1.0, 3.7 / std::sqrt(2 * std::log(2.0 * double(std::max<int64_t>(m, 1))))); }
+// E_C is the largest of m element errors of one plain evaluation: one sample of a maximum,
+// noisy when m is small. The factor scales it to what a correct kernel's largest error can
+// reach (about 3.7 sigma) from the sigma that E_C understates with probability 1% at most:
+// the 1% quantile of the largest of m half-normal errors is q(m) sigma, erf(q/sqrt2) = 0.01^(1/m).
+double small_sample(int64_t m) {
+  const double p = std::pow(0.01, 1.0 / double(std::max<int64_t>(m, 1)));
+  double lo = 0, hi = 10;  // erf(q / sqrt 2) = p, by bisection
+  for (int i = 0; i < 60; ++i) (std::erf((lo + hi) / 2 / std::sqrt(2.0)) < p ? lo : hi) = (lo + hi) / 2;
+  return std::max(1.0, 3.7 / lo);
+}
 
 double noise_floor(const Stage& s) { return s.dtype == DType::bf16 ? 0.25 : 1e-6; }
 

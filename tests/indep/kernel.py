@@ -54,6 +54,7 @@ BUGS = {
     "dx_no_hpre": "dx misses the h_pre[i] dh_in[d] term",
     "rms_over_D": "inv_rms divides the sum of squares by D instead of n*D",
     "dalpha_sign": "dalpha[1] has its sign flipped",
+    "n6_index": "n = 6 only: h_post reads its columns of h_mix one to the right (an index bug for one n)",
 }
 
 
@@ -183,7 +184,8 @@ def forward(inp, order, gemm, bug):
     if bug == "late_tokens":
         z_pre[256:] *= 1 + 1e-3
     s_pre = torch.sigmoid(z_pre)  # [T,n]
-    s_post = torch.sigmoid(t[:, n:2 * n] * alpha[1] + bias[n:2 * n])  # [T,n]
+    post = slice(n + 1, 2 * n + 1) if bug == "n6_index" and n == 6 else slice(n, 2 * n)
+    s_post = torch.sigmoid(t[:, post] * alpha[1] + bias[n:2 * n])  # [T,n]
     h_pre = s_pre + inp["hc_eps"]
     h_post = 2 * s_post
     h_res = (t[:, 2 * n:] * alpha[2] + bias[2 * n:]).reshape(T, n, n)

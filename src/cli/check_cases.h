@@ -1,0 +1,29 @@
+// check_cases.h — the named cases of `mhc check`: shapes and inputs that break kernels
+// (tails of K tiles, a second token tile, every n, odd and production hidden sizes, both
+// layouts, no gamma, float32 inputs, saturating gates, extreme x, forward only).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "case.h"
+
+namespace mhc {
+
+struct CheckCase {
+  std::string name;   // "n6", "D65", "T257", "bs2x300", "no_gamma", ...
+  std::string shape;  // "T,n,D" or "B,S,n,D"
+  bool no_gamma = false, x_f32 = false, saturating = false, forward_only = false;
+  int x_exp = 0;  // x scaled by 2^x_exp (exact in bf16)
+  Problem prob() const;
+  uint64_t seed() const;  // fixed: from the name and shape
+};
+
+// quick (seconds), default (about a minute on the CPU backends), full (the axes crossed), or
+// a file: one case a line, "NAME SHAPE [no_gamma] [x_f32] [saturating] [forward_only] [x_exp=E]",
+// '#' starts a comment.
+std::vector<CheckCase> check_cases(const std::string& set);
+
+// The inputs of a case, generated with its seed.
+Case make_inputs(const CheckCase& c);
+
+}  // namespace mhc
