@@ -4,6 +4,7 @@
 #include <H5Cpp.h>
 
 #include <algorithm>
+#include <fstream>
 
 #include "backends.h"
 #include "h5io.h"
@@ -203,5 +204,81 @@ TEST_SUITE("cli") {
         CHECK(got.get(name).bytes == t.bytes);
       }
     }
+  }
+}
+
+TEST_SUITE("cli") {
+  TEST_CASE("the backend registry: --help lists every backend with its availability; unknown names list them") {
+    auto h = test::sh(test::mhc("--help"));
+    CHECK(h.rc == 0);
+    for (const Backend& b : backend_table()) CHECK(h.out.find(b.usage) != std::string::npos);
+    CHECK((h.out.find("cuda") != std::string::npos &&
+           (cuda_built() || h.out.find("unavailable here: this mhc was built without CUDA") != std::string::npos)));
+    auto r = test::sh(test::mhc("diff tpu cpu"));
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("cpu[:fp32|fp64], cuda, exec:COMMAND") != std::string::npos);
+    CHECK(test::sh(test::mhc("run --backend cpu:fp16 a.h5 b.h5")).err.find("expected cpu[:fp32|fp64]") != std::string::npos);
+    CHECK(test::sh(test::mhc("check cpu --against nope")).rc == 2);
+    CHECK(test::sh(test::mhc("bench --backend 'exec:true {in} {out}'")).err.find("cannot be timed") != std::string::npos);
+  }
+
+  TEST_CASE("exec: a command that fails, hangs, writes nothing, writes garbage or names no file is one clear error") {
+    Bad b("exec");
+    auto exec = [&](const std::string& command, const std::string& extra = "") {
+      return "run " + extra + "--backend 'exec:" + command + "' " + b.in + " " + b.out;
+    };
+    b.expect_error(exec("false {in} {out}"), {"exec: 'false {in} {out}' exited with status 1"});
+    b.expect_error(exec("sleep 30; echo {in} {out}", "--timeout 1 "), {"did not finish within 1 s (--timeout)"});
+    b.expect_error(exec("true {in} {out}"), {"wrote no {out} file"});
+    b.expect_error(exec("echo garbage > {out}; true {in}"), {"not usable", "{out}: not an HDF5 file"});
+    b.expect_error(exec("cp {in} {out}"), {"wrote no stage"});
+    b.expect_error(exec("python3 kernel.py"), {"must name {in}", "{out}"});
+    auto r = test::sh(test::mhc(exec("no-such-program-here {in} {out}")));  // the shell's own line comes first
+    CHECK(r.rc == 2);
+    CHECK(r.err.find("mhc: error: exec: 'no-such-program-here {in} {out}' exited with status 127") != std::string::npos);
+    CHECK(!std::filesystem::exists(b.out));
+  }
+
+  TEST_CASE("exec: any program that writes the schema is a backend for run, diff and check") {
+    Bad b("exec_ok");
+    const std::string self = std::string(MHC_BIN) + " run -q {in} {out}";  // the plumbing, not a verdict test
+    auto r = test::sh(test::mhc("run -q --backend 'exec:" + self + "' " + b.in + " " + b.out));
+    CHECK(r.rc == 0);
+    Case got = load_case(b.out, LoadOptions{}, true), want = load_case(b.in, LoadOptions{}, false);
+    cpu_run(want, Precision::fp32);
+    for (auto& [name, t] : want.t) CHECK(got.get(name).bytes == t.bytes);
+    CHECK(got.attrs["backend"] == "exec");
+    auto d = test::sh(test::mhc("diff 'exec:" + self + "' cpu --input " + b.in));
+    CHECK(d.rc == 0);
+    CHECK(d.out.find("15 exact") != std::string::npos);
+    auto c = test::sh(test::mhc("check 'exec:" + self + "' --against cpu --cases quick"));
+    INFO(c.out, c.err);
+    CHECK(c.rc == 0);
+    CHECK(c.out.find(" passed, 0 failed") != std::string::npos);
+  }
+
+  TEST_CASE("check: cases, --only, --json, --keep and a file of cases") {
+    std::string dir = test::tmpdir("check");
+    auto j = test::sh(test::mhc("check cpu --cases quick --only n6 --json"));
+    CHECK(j.rc == 0);
+    CHECK(j.out.find("\"backend\": \"cpu:fp32\", \"against\": \"cpu:fp64\"") != std::string::npos);
+    CHECK(j.out.find("\"name\": \"n6\", \"shape\": \"64,6,64\", \"passed\": true, \"verdict\": \"match\"") !=
+          std::string::npos);
+    CHECK(j.out.find("\"passed\": 1, \"failed\": 0") != std::string::npos);
+    {
+      std::ofstream f(dir + "/cases.txt");
+      f << "# name shape options\nodd 5,3,7 no_gamma x_exp=-3\nwide 2,3,4,300 forward_only\n";
+    }
+    auto t = test::sh(test::mhc("check cpu:fp64 --against cpu --cases " + dir + "/cases.txt --repeat 2"));
+    CHECK(t.rc == 0);
+    CHECK(t.out.find("2 cases: 2 passed, 0 failed") != std::string::npos);
+    CHECK(test::sh(test::mhc("check cpu --only nothing-matches")).rc == 2);
+    {
+      std::ofstream f(dir + "/bad.txt");
+      f << "odd 5,3,7 sparkly\n";
+    }
+    auto bad = test::sh(test::mhc("check cpu --cases " + dir + "/bad.txt"));
+    CHECK(bad.rc == 2);
+    CHECK(bad.err.find("bad.txt:1: unknown option 'sparkly'") != std::string::npos);
   }
 }

@@ -21,32 +21,16 @@ Case on_cuda(const Case& in) {
 
 }  // namespace
 
-TEST_CASE("cuda matches the golden within budget over the sweep") {
-  std::vector<std::string> shapes;
-  for (int n : {1, 4, 6, 8})
-    for (int D : {1, 7, 64, 2560, 4096})
-      for (int T : {1, 3, 4096}) shapes.push_back(cat(T, ",", n, ",", D));
-  for (int n : {2, 3, 5, 7})  // compiled like the others; fewer shapes, to keep the sweep's time
-    for (int D : {1, 7, 64, 1536})
-      for (int T : {1, 3, 1000}) shapes.push_back(cat(T, ",", n, ",", D));
-  for (const char* bs : {"2,3,4,64", "2,2048,4,2560", "3,5,6,7"}) shapes.push_back(bs);
-  int seed = 0;
-  for (auto& shape : shapes) {
-    INFO("shape ", shape);
-    Case in = generate_case(parse_shape(shape), uint64_t(++seed), true);
-    References refs(in);
-    Case gpu = on_cuda(in);
-    Case golden = in.inputs_only();
-    cpu_run(golden, Precision::fp32);
-    DiffReport vs_oracle = diff_cases(gpu, refs.oracle(), {});
-    DiffReport vs_golden = diff_cases(gpu, golden, {});
-    INFO(report_table(vs_oracle, false));
-    CHECK(vs_oracle.match());
-    CHECK(vs_golden.match());
-    int compared = 0;
-    for (auto& s : vs_oracle.stages) compared += s.status == Status::ok;
-    CHECK(compared == 15);  // every stage, dvecX included
-  }
+TEST_CASE("mhc check cuda: within budget of the fp64 oracle and repeatable over the sweep") {
+  // the sweep is a case file of mhc check: tests/cuda_sweep.txt (n = 1..8, odd D, T = 1,
+  // [B,S], no gamma, float32 inputs, saturating gates, extreme x, forward only)
+  auto r = test::sh(test::mhc(cat("check cuda --cases ", MHC_SOURCE_DIR, "/tests/cuda_sweep.txt --repeat 2")));
+  INFO(r.out, r.err);
+  CHECK(r.rc == 0);
+  CHECK(r.out.find(" passed, 0 failed") != std::string::npos);
+  auto d = test::sh(test::mhc("check cuda --against cpu --cases default"));  // the golden as the reference
+  INFO(d.out, d.err);
+  CHECK(d.rc == 0);
 }
 
 TEST_CASE("cuda is bitwise deterministic from run to run") {

@@ -69,7 +69,7 @@ std::string constant_factor(const Case& a, const Case& b) {
   }
   const double mid = (lo + hi) / 2, n = double(a.prob.n);
   if (!(hi - lo <= 1e-3 * mid) || std::fabs(mid - 1) < 1e-3) return "";
-  std::string why = cat("inv_rms off by a constant factor ≈ ", std::round(mid * 1e4) / 1e4);
+  std::string why = cat("off by a constant factor ≈ ", std::round(mid * 1e4) / 1e4);
   if (n > 1 && std::fabs(mid - 1 / std::sqrt(n)) < 1e-2 * mid)
     why += " ≈ 1/√n: the sum of squares divided by D instead of n·D?";
   if (n > 1 && std::fabs(mid - std::sqrt(n)) < 1e-2 * mid)
@@ -84,10 +84,10 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
   Case in = make_inputs(cc), a = in, b = in;
   const Pass pass = cc.forward_only ? Pass::fwd : Pass::both;
   try {
-    run_backend(backend, a, pass);
+    run_backend(backend, a, pass, true);  // intermediates too (cuda: dvecX)
     for (int r = 2; r <= repeat && o.reason.empty(); ++r) {
       Case again = in;
-      run_backend(backend, again, pass);
+      run_backend(backend, again, pass, true);
       if (std::string s = first_difference(a, again); !s.empty())
         o.reason = cat("not repeatable: run ", r, " differs from run 1 in ", s, " (a race?)");
     }
@@ -107,7 +107,7 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
     }
     o.accuracy = accuracy_name(rep.verdict == Verdict::match ? worst : Accuracy::diverged);
     if (rep.verdict == Verdict::invalid) o.pattern = rep.verdict_line();
-    if (std::string f = constant_factor(a, b); !f.empty() && o.first_divergent == "inv_rms") o.pattern = f;
+    if (std::string f = constant_factor(a, b); !f.empty() && o.first_divergent == "inv_rms") o.pattern = cat("inv_rms: ", f);
     o.passed = rep.match() && o.reason.empty();
   } catch (const UserError& e) {
     o.verdict = "error";
@@ -248,6 +248,9 @@ void add_check(CLI::App& app, int& rc) {
   sub->callback([o, &rc] {
     BackendSpec backend = parse_backend(o->backend), against = parse_backend(o->against);
     backend.timeout = against.timeout = o->timeout;
+    for (const BackendSpec* b : {&backend, &against})
+      if (std::string why = b->backend->unavailable(); !why.empty())
+        fail("the ", b->name(), " backend is not available: ", why);
     DiffOptions opt;
     opt.accept = parse_accuracy(o->accept);
     std::vector<CheckCase> cases;

@@ -29,10 +29,13 @@ std::string Case::first_nonfinite(int64_t token_offset) const {
   for (const Stage& s : stage_table()) {
     if (s.group == Group::inputs || !has(s.name)) continue;
     const Tensor& x = get(s.name);
-    for (int64_t i = 0; i < x.size(); ++i)
-      if (!std::isfinite(x.at(i))) {
-        return cat(s.name, per_token(s) ? cat(" at token ", token_offset + i / (x.size() / prob.T())) : cat(" at element ", i));
-      }
+    const int64_t i = visit(x, [&](auto p) {
+      for (int64_t k = 0; k < x.size(); ++k)
+        if (!std::isfinite(as_double(p[k]))) return k;
+      return int64_t(-1);
+    });
+    if (i >= 0)
+      return cat(s.name, per_token(s) ? cat(" at token ", token_offset + i / (x.size() / prob.T())) : cat(" at element ", i));
   }
   return "";
 }

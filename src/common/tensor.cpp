@@ -34,10 +34,16 @@ double finite_rms(const Tensor& t) {
   const int64_t size = t.size(), pieces = (size + kPiece - 1) / kPiece;
   std::vector<double> part(size_t(pieces), 0.0);
   std::vector<int64_t> count(size_t(pieces), 0);
+  visit(t, [&](auto p) {
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < pieces; ++c)
-    for (int64_t i = c * kPiece; i < std::min(size, (c + 1) * kPiece); ++i)
-      if (double v = t.at(i); std::isfinite(v)) part[size_t(c)] += v * v, ++count[size_t(c)];
+    for (int64_t c = 0; c < pieces; ++c) {
+      double s = 0;
+      int64_t k = 0;
+      for (int64_t i = c * kPiece; i < std::min(size, (c + 1) * kPiece); ++i)
+        if (double v = as_double(p[i]); std::isfinite(v)) s += v * v, ++k;
+      part[size_t(c)] = s, count[size_t(c)] = k;
+    }
+  });
   double s = 0;
   int64_t n = 0;
   for (int64_t c = 0; c < pieces; ++c) s += part[size_t(c)], n += count[size_t(c)];

@@ -61,6 +61,21 @@ struct Tensor {
   void set(int64_t i, double v);  // stores v rounded to the dtype (nearest even)
 };
 
+inline double as_double(bf16 v) { return bf16_to_float(v); }
+inline double as_double(float v) { return v; }
+inline double as_double(double v) { return v; }
+
+// f(p) with p the tensor's elements as a typed pointer (const bf16*, const float* or
+// const double*): loops over elements without a dtype switch per element.
+template <class F> decltype(auto) visit(const Tensor& t, F&& f) {
+  const unsigned char* p = t.bytes.data();
+  switch (t.dtype) {
+    case DType::bf16: return f(reinterpret_cast<const bf16*>(p));
+    case DType::f32: return f(reinterpret_cast<const float*>(p));
+    default: return f(reinterpret_cast<const double*>(p));
+  }
+}
+
 // Element-wise conversion to another dtype (round to nearest even).
 Tensor convert(const Tensor& t, DType to);
 // RMS of the finite elements; 1 when that is 0 (a scale that is never zero).

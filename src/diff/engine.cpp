@@ -75,13 +75,17 @@ double as_bf16(double v) { return bf16_to_float(double_to_bf16(v)); }
 // Largest element error of t against the oracle o; bf16 stages rounded first (the plain
 // evaluations keep h_in and dx unrounded).
 double max_error(const Tensor& t, const Tensor& o, const Unit& u, bool round) {
-  double e = 0;
+  return visit(t, [&](auto tp) {
+    return visit(o, [&](auto op) {
+      double e = 0;
 #pragma omp parallel for schedule(static) reduction(max : e)
-  for (int64_t i = 0; i < o.size(); ++i) {
-    double v = round ? as_bf16(t.at(i)) : t.at(i);
-    e = std::max(e, u(elem_diff(v, o.at(i)), o.at(i)));
-  }
-  return e;
+      for (int64_t i = 0; i < o.size(); ++i) {
+        double v = round ? as_bf16(as_double(tp[i])) : as_double(tp[i]), r = as_double(op[i]);
+        e = std::max(e, u(elem_diff(v, r), r));
+      }
+      return e;
+    });
+  });
 }
 
 // The metrics of a against b, and each element's error in `u` (fixed policy: |a-b| - rtol|b|
@@ -97,21 +101,25 @@ StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, s
   const int64_t n = b.size(), chunk = kElementChunk, chunks = (n + chunk - 1) / chunk;
   std::vector<Part> parts(static_cast<size_t>(chunks));
   err.assign(size_t(n), 0);
+  visit(a, [&](auto ap) {
+    visit(b, [&](auto bp) {
 #pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    Part& p = parts[size_t(c)];
-    for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
-      double x = a.at(i), y = b.at(i), d = elem_diff(x, y);
-      p.nan_a += std::isnan(x), p.inf_a += std::isinf(x), p.nan_b += std::isnan(y), p.inf_b += std::isinf(y);
-      if (d != kInf) {
-        p.num += d * d, p.den += y * y;
-        if (y != 0) p.max_rel = std::max(p.max_rel, d / std::fabs(y));
+      for (int64_t c = 0; c < chunks; ++c) {
+        Part& p = parts[size_t(c)];
+        for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
+          double x = as_double(ap[i]), y = as_double(bp[i]), d = elem_diff(x, y);
+          p.nan_a += std::isnan(x), p.inf_a += std::isinf(x), p.nan_b += std::isnan(y), p.inf_b += std::isinf(y);
+          if (d != kInf) {
+            p.num += d * d, p.den += y * y;
+            if (y != 0) p.max_rel = std::max(p.max_rel, d / std::fabs(y));
+          }
+          if (d > p.worst) p.worst = d, p.worst_i = i;
+          err[size_t(i)] = d == kInf ? kInf : scaled(d, y);
+          p.err_max = std::max(p.err_max, err[size_t(i)]);
+        }
       }
-      if (d > p.worst) p.worst = d, p.worst_i = i;
-      err[size_t(i)] = d == kInf ? kInf : scaled(d, y);
-      p.err_max = std::max(p.err_max, err[size_t(i)]);
-    }
-  }
+    });
+  });
   StageReport r;
   r.name = name;
   r.count = n;
