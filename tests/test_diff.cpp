@@ -89,6 +89,7 @@ TEST_SUITE("diff") {
     p.bad.t["dvecX"].set(40, p.bad.get("dvecX").at(40) + 0.05);
     test::recompute_after(p.bad, "dvecX", Precision::fp32);
     DiffReport r = p.diff();
+    INFO(report_table(r, false));
     expect_root(r, "dvecX");
     CHECK(find(r, "dx").status == Status::inherited);
     CHECK(find(r, "dx").inherited_from == "dvecX");

@@ -30,7 +30,11 @@ Backend cuda_backend() {
       return e.what();
     }
   };
-  b.run = [](const BackendSpec&, Case& c, Pass pass, bool dump) { cuda_run(c, pass, dump); };
+  b.run = [](const BackendSpec&, Case& c, Pass pass, bool dump) {
+    for (auto& [name, t] : c.t)  // the schema's input dtypes (x may come as float32 holding bf16 values)
+      if (const Stage& s = stage(name); s.group == Group::inputs && t.dtype != s.dtype) t = convert(t, s.dtype);
+    cuda_run(c, pass, dump);
+  };
   b.bench = [](const BackendSpec&, const Case& c, Pass pass, int warmup, int repeat) {
     return cuda_bench(c, pass, warmup, repeat);
   };

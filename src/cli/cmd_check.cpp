@@ -109,9 +109,9 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
     if (rep.verdict == Verdict::invalid) o.pattern = rep.verdict_line();
     if (std::string f = constant_factor(a, b); !f.empty() && o.first_divergent == "inv_rms") o.pattern = cat("inv_rms: ", f);
     o.passed = rep.match() && o.reason.empty();
-  } catch (const UserError& e) {
+  } catch (const std::exception& e) {  // one case's error (a kernel that crashes on a shape) is its failure
     o.verdict = "error";
-    o.reason = e.what();
+    o.reason = dynamic_cast<const UserError*>(&e) ? e.what() : cat("internal error: ", e.what());
   }
   if (!o.passed && !keep.empty()) {
     mkdir(keep.c_str(), 0755);

@@ -18,7 +18,7 @@ struct BlockSums {
 };
 
 // Compares one block: every stage present on both sides, with per-element errors and masks
-// in StageReport::elem_error and elem_mask (where and heatmaps are the caller's to fill).
+// in StageReport::elem_error and elem_mask (where, heatmaps and the verdict are the caller's).
 DiffReport diff_block(const Case& a, const Case& b, References& refs, const DiffOptions& opt, BlockSums& sums);
 
 // The verdict, first divergent stage, root causes, inherited_from and --require, from the

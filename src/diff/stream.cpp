@@ -259,9 +259,15 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
     });
     BlockSums bs;
     bs.replays = std::move(replays);
-    DiffReport sr = diff_block(a.sums(), b.sums(), refs, block_opt, bs);
-    for (StageReport& r : sr.stages)
-      if (is_token_sum(r.name)) sums[r.name] = std::move(r);
+    const Case as = a.sums();
+    DiffReport sr = diff_block(as, b.sums(), refs, block_opt, bs);
+    for (StageReport& r : sr.stages) {
+      if (!is_token_sum(r.name)) continue;
+      const std::string name = r.name;
+      Merged m;  // one block: where, first mismatch and heatmap as for the per-token stages
+      merge(m, std::move(r), P, 0, as, opt);
+      sums[name] = finish_stage(m, P, opt);
+    }
   }
   for (const std::string& name : order) {
     auto it = sums.find(name);

@@ -434,6 +434,8 @@ def m_space(rng, c):
     elif how == "rank":
         d["shape"] = [rng.randint(1, 5) for _ in range(rng.randint(0, 5))]
     elif how == "offbyone":
+        if not d["shape"]:  # an earlier change made it a scalar: give it one axis
+            d["shape"] = [1]
         i = rng.randrange(len(d["shape"]))
         d["shape"][i] = max(0, d["shape"][i] + pick(rng, [-1, 1]))
     elif how == "swap":
