@@ -54,6 +54,12 @@ TEST_SUITE("hostile") {
     h.expect_error("run " + h.in + " " + h.out, {"in.h5", "/inputs/x", "never written"});
     h.edit("del f['inputs/x']; f.create_dataset('inputs/x', shape=(2**62, 2**3, 8), dtype='f4', chunks=(1, 1, 8))");
     h.expect_error("run " + h.in + " " + h.out, {"/inputs/x", "more elements than can be addressed"});
+    // a huge n or D: phi [n*n+2n, n*D] is checked before N or K is formed (fuzz seed 20261126 case 13495)
+    h.edit("del f['inputs/x']; f.create_dataset('inputs/x', shape=(5, 2**56, 3), dtype='f4', chunks=(1, 1, 3))");
+    h.expect_error("run " + h.in + " " + h.out, {"/inputs/x", "more elements than can be addressed"});
+    h.expect_error("diff cpu cpu --input " + h.in, {"/inputs/x", "more elements than can be addressed"});
+    h.edit("del f['inputs/x']; f.create_dataset('inputs/x', shape=(5, 4, 2**40), dtype='f4', chunks=(1, 1, 8))");
+    h.expect_error("run " + h.in + " " + h.out, {"/inputs/x", "phi [n*n+2n, n*D] and a block of 256 tokens need"});
     auto r = test::sh("MHC_MAX_MEMORY=1000 " + test::mhc("run " + h.in + " " + h.out));
     CHECK(r.rc == 2);
   }
