@@ -257,6 +257,18 @@ TEST_SUITE("cli") {
     CHECK(c.out.find(" passed, 0 failed") != std::string::npos);
   }
 
+  TEST_CASE("check --vary: a kernel wrong at one split count only is named by it") {
+    const std::string kernel = std::string("exec:if [ \"$SPLITS\" = 2 ]; then echo bad > {out}; else ") + MHC_BIN +
+                               " run -q {in} {out}; fi";
+    auto r = test::sh(test::mhc("check '" + kernel + "' --cases quick --vary SPLITS=1,2,4 --against cpu"));
+    INFO(r.out, r.err);
+    CHECK(r.rc == 1);
+    CHECK(r.out.find("18 cases: 12 passed, 6 failed") != std::string::npos);
+    CHECK(r.out.find("all 6 failures have SPLITS = 2") != std::string::npos);
+    CHECK(r.out.find("n6@SPLITS=2") != std::string::npos);
+    CHECK(test::sh(test::mhc("check cpu --vary SPLITS")).rc == 2);
+  }
+
   TEST_CASE("check: cases, --only, --json, --keep and a file of cases") {
     std::string dir = test::tmpdir("check");
     auto j = test::sh(test::mhc("check cpu --cases quick --only n6 --json"));

@@ -11,7 +11,7 @@ Problem CheckCase::prob() const { return parse_shape(shape); }
 
 uint64_t CheckCase::seed() const {
   uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (char ch : name + "/" + shape) h = (h ^ uint8_t(ch)) * 1099511628211ull;
+  for (char ch : name.substr(0, name.find('@')) + "/" + shape) h = (h ^ uint8_t(ch)) * 1099511628211ull;
   return h;
 }
 
@@ -95,6 +95,27 @@ std::vector<CheckCase> check_cases(const std::string& set) {
   if (set == "default") return default_cases();
   if (set == "full") return full_cases();
   return file_cases(set);
+}
+
+std::vector<CheckCase> vary(const std::vector<CheckCase>& cases, const std::string& spec) {
+  const size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+    fail("--vary ", spec, ": expected VAR=V1,V2,... (e.g. SPLITS=1,2,4: your kernel's split count)");
+  std::vector<std::string> values;
+  for (size_t at = eq + 1; at <= spec.size();) {
+    size_t end = std::min(spec.find(',', at), spec.size());
+    if (end > at) values.push_back(spec.substr(at, end - at));
+    at = end + 1;
+  }
+  std::vector<CheckCase> out;
+  for (const CheckCase& c : cases)
+    for (const std::string& v : values) {
+      CheckCase x = c;
+      x.env = spec.substr(0, eq), x.env_value = v;
+      x.name = cat(c.name, "@", x.env, "=", v);
+      out.push_back(x);
+    }
+  return out;
 }
 
 Case make_inputs(const CheckCase& cc) {

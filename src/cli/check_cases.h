@@ -14,9 +14,13 @@ struct CheckCase {
   std::string shape;  // "T,n,D" or "B,S,n,D"
   bool no_gamma = false, x_f32 = false, saturating = false, forward_only = false;
   int x_exp = 0;  // x scaled by 2^x_exp (exact in bf16)
+  std::string env, env_value;  // --vary: the backend runs with environment variable env = env_value
   Problem prob() const;
-  uint64_t seed() const;  // fixed: from the name and shape
+  uint64_t seed() const;  // fixed: from the name (without its "@VAR=value") and shape
 };
+
+// --vary VAR=V1,V2,..: every case once per value, named "NAME@VAR=V", with the same inputs.
+std::vector<CheckCase> vary(const std::vector<CheckCase>& cases, const std::string& spec);
 
 // quick (seconds), default (about a minute on the CPU backends), full (the axes crossed), or
 // a file: one case a line, "NAME SHAPE [no_gamma] [x_f32] [saturating] [forward_only] [x_exp=E]",

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <limits>
 #include <set>
@@ -83,7 +84,22 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
   o.c = &cc;
   Case in = make_inputs(cc), a = in, b = in;
   const Pass pass = cc.forward_only ? Pass::fwd : Pass::both;
+  struct Env {  // --vary: the variable set while the backend runs, restored after
+    std::string name, old;
+    bool had = false;
+    Env(const std::string& n, const std::string& v) : name(n) {
+      if (name.empty()) return;
+      const char* o = std::getenv(name.c_str());
+      had = o, old = o ? o : "";
+      setenv(name.c_str(), v.c_str(), 1);
+    }
+    ~Env() {
+      if (name.empty()) return;
+      had ? (void)setenv(name.c_str(), old.c_str(), 1) : (void)unsetenv(name.c_str());
+    }
+  };
   try {
+    Env env(cc.env, cc.env_value);
     run_backend(backend, a, pass, true);  // intermediates too (cuda: dvecX)
     for (int r = 2; r <= repeat && o.reason.empty(); ++r) {
       Case again = in;
@@ -152,6 +168,11 @@ std::vector<std::string> shared_by_failures(const std::vector<Outcome>& all) {
   std::set<int64_t> Ds;
   for (auto& o : all) Ds.insert(o.c->prob().D);
   for (int64_t D : Ds) traits.push_back({cat("D = ", D), [D](const CheckCase& c) { return c.prob().D == D; }});
+  std::set<std::pair<std::string, std::string>> envs;  // --vary: "a failure that changes with a split count"
+  for (auto& o : all)
+    if (!o.c->env.empty()) envs.insert({o.c->env, o.c->env_value});
+  for (auto& [name, value] : envs)
+    traits.push_back({cat(name, " = ", value), [name, value](const CheckCase& c) { return c.env == name && c.env_value == value; }});
 
   int failed = 0;
   for (auto& o : all) failed += !o.passed;
@@ -217,7 +238,7 @@ std::string json_of(const std::string& backend, const std::string& against, cons
 
 void add_check(CLI::App& app, int& rc) {
   struct Opts {
-    std::string backend, against = "cpu:fp64", cases = "default", only, keep, accept = "fp32";
+    std::string backend, against = "cpu:fp64", cases = "default", only, keep, accept = "fp32", vary;
     int repeat = 1;
     double timeout = 600;
     bool json = false;
@@ -230,6 +251,8 @@ void add_check(CLI::App& app, int& rc) {
   sub->add_option("--cases", o->cases, "quick (seconds), default (about a minute), full (the axes crossed) or FILE")
       ->capture_default_str();
   sub->add_option("--only", o->only, "cases whose name contains PATTERN (or matches it, with * and ?)");
+  sub->add_option("--vary", o->vary, "VAR=V1,V2,..: run every case once per value of an environment variable of "
+                  "BACKEND (e.g. your kernel's split count) and group failures by it");
   sub->add_option("--repeat", o->repeat, "run BACKEND N times per case and compare the runs bit for bit")
       ->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--accept", o->accept, "loosest accuracy class that passes: fp32, tf32 or bf16")
@@ -244,7 +267,8 @@ void add_check(CLI::App& app, int& rc) {
       "A FILE of cases has one a line: NAME SHAPE [no_gamma] [x_f32] [saturating] [forward_only] [x_exp=E].\n"
       "Examples:\n  mhc check cpu\n  mhc check cuda --repeat 3\n"
       "  mhc check 'exec:python3 kernel.py {in} {out}' --cases quick\n"
-      "  mhc check 'exec:./my_kernel {in} {out}' --only D7168 --keep failing/");
+      "  mhc check 'exec:./my_kernel {in} {out}' --only D7168 --keep failing/\n"
+      "  mhc check 'exec:./my_kernel {in} {out}' --vary SPLITS=1,2,4   (the kernel reads $SPLITS)");
   sub->callback([o, &rc] {
     BackendSpec backend = parse_backend(o->backend), against = parse_backend(o->against);
     backend.timeout = against.timeout = o->timeout;
@@ -253,8 +277,9 @@ void add_check(CLI::App& app, int& rc) {
         fail("the ", b->name(), " backend is not available: ", why);
     DiffOptions opt;
     opt.accept = parse_accuracy(o->accept);
-    std::vector<CheckCase> cases;
-    for (CheckCase& c : check_cases(o->cases)) {
+    std::vector<CheckCase> cases, all_cases = check_cases(o->cases);
+    if (!o->vary.empty()) all_cases = vary(all_cases, o->vary);
+    for (CheckCase& c : all_cases) {
       bool glob = o->only.find_first_of("*?[") != std::string::npos;
       if (o->only.empty() || (glob ? fnmatch(o->only.c_str(), c.name.c_str(), 0) == 0 : c.name.find(o->only) != std::string::npos))
         cases.push_back(c);
