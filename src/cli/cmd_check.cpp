@@ -199,38 +199,21 @@ std::vector<std::string> shared_by_failures(const std::vector<Outcome>& all) {
   return out;
 }
 
-std::string json_str(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    if (ch == '"' || ch == '\\') out += cat("\\", char(ch));
-    else if (ch < 0x20) out += cat("\\u00", "0123456789abcdef"[ch >> 4], "0123456789abcdef"[ch & 15]);
-    else out += char(ch);
-  }
-  return out + "\"";
-}
-
 std::string json_of(const std::string& backend, const std::string& against, const std::vector<Outcome>& all,
                     const std::vector<std::string>& summary) {
   int passed = 0;
   std::string cases;
   for (const Outcome& o : all) {
     passed += o.passed;
-    std::string where;
-    for (const AxisRanges& a : o.where) {
-      std::string ranges;
-      for (auto [lo, hi] : a.ranges) ranges += cat(ranges.empty() ? "" : ", ", "[", lo, ", ", hi, "]");
-      where += cat(where.empty() ? "" : ", ", "{\"axis\": ", json_str(a.axis), ", \"size\": ", a.size, ", \"ranges\": [",
-                   ranges, "]}");
-    }
-    cases += cat(cases.empty() ? "" : ",\n    ", "{\"name\": ", json_str(o.c->name), ", \"shape\": ", json_str(o.c->shape),
-                 ", \"passed\": ", o.passed ? "true" : "false", ", \"verdict\": ", json_str(o.verdict),
-                 ", \"first_divergent\": ", o.first_divergent.empty() ? "null" : json_str(o.first_divergent),
-                 ", \"accuracy\": ", o.accuracy.empty() ? "null" : json_str(o.accuracy), ", \"where\": [", where,
-                 "], \"pattern\": ", json_str(o.pattern), ", \"reason\": ", json_str(o.reason), "}");
+    cases += cat(cases.empty() ? "" : ",\n    ", "{\"name\": ", json_string(o.c->name), ", \"shape\": ", json_string(o.c->shape),
+                 ", \"passed\": ", o.passed ? "true" : "false", ", \"verdict\": ", json_string(o.verdict),
+                 ", \"first_divergent\": ", o.first_divergent.empty() ? "null" : json_string(o.first_divergent),
+                 ", \"accuracy\": ", o.accuracy.empty() ? "null" : json_string(o.accuracy), ", \"where\": ", where_json(o.where),
+                 ", \"pattern\": ", json_string(o.pattern), ", \"reason\": ", json_string(o.reason), "}");
   }
   std::string shared;
-  for (auto& s : summary) shared += cat(shared.empty() ? "" : ", ", json_str(s));
-  return cat("{\"backend\": ", json_str(backend), ", \"against\": ", json_str(against), ",\n  \"cases\": [\n    ", cases,
+  for (auto& s : summary) shared += cat(shared.empty() ? "" : ", ", json_string(s));
+  return cat("{\"backend\": ", json_string(backend), ", \"against\": ", json_string(against), ",\n  \"cases\": [\n    ", cases,
              "],\n  \"passed\": ", passed, ", \"failed\": ", int(all.size()) - passed, ", \"summary\": [", shared, "]}\n");
 }
 

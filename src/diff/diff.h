@@ -118,6 +118,8 @@ inline double rel_l2(double num, double den) { return den > 0 ? std::sqrt(num / 
 std::string inputs_difference(const Case& a, const Case& b);
 
 std::string report_json(const DiffReport& r);
+std::string json_string(const std::string& s);                // a JSON string literal
+std::string where_json(const std::vector<AxisRanges>& where);  // [{"axis", "size", "ranges"}, ...]
 std::string report_table(const DiffReport& r, bool colour);
 std::string report_html(const DiffReport& r, const std::string& title);
 

@@ -14,7 +14,9 @@ std::string num(double v) {
   return buf;
 }
 
-std::string str(const std::string& s) {
+}  // namespace
+
+std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') out += cat("\\", c);
@@ -25,19 +27,10 @@ std::string str(const std::string& s) {
   return out + "\"";
 }
 
-template <class T> std::string list(const std::vector<T>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) {
-    if constexpr (std::is_same_v<T, std::string>) out += cat(i ? ", " : "", str(v[i]));
-    else out += cat(i ? ", " : "", v[i]);
-  }
-  return out + "]";
-}
-
 std::string where_json(const std::vector<AxisRanges>& where) {
   std::string out = "[";
   for (size_t i = 0; i < where.size(); ++i) {
-    out += cat(i ? ", " : "", "{\"axis\": ", str(where[i].axis), ", \"size\": ", where[i].size, ", \"ranges\": [");
+    out += cat(i ? ", " : "", "{\"axis\": ", json_string(where[i].axis), ", \"size\": ", where[i].size, ", \"ranges\": [");
     for (size_t j = 0; j < where[i].ranges.size(); ++j)
       out += cat(j ? ", " : "", "[", where[i].ranges[j].first, ", ", where[i].ranges[j].second, "]");
     out += "]}";
@@ -45,12 +38,24 @@ std::string where_json(const std::vector<AxisRanges>& where) {
   return out + "]";
 }
 
+namespace {
+
+template <class T> std::string list(const std::vector<T>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if constexpr (std::is_same_v<T, std::string>) out += cat(i ? ", " : "", json_string(v[i]));
+    else out += cat(i ? ", " : "", v[i]);
+  }
+  return out + "]";
+}
+
+
 std::string stage_json(const StageReport& s) {
-  std::string out = cat("{\"name\": ", str(s.name), ", \"status\": ", str(status_name(s.status)));
-  if (!s.note.empty()) out += cat(", \"note\": ", str(s.note));
-  if (!s.hint.empty()) out += cat(", \"hint\": ", str(s.hint));
-  if (!s.inherited_from.empty()) out += cat(", \"inherited_from\": ", str(s.inherited_from));
-  out += cat(", \"class\": ", s.compared && s.has_accuracy ? str(accuracy_name(s.accuracy)) : "null");
+  std::string out = cat("{\"name\": ", json_string(s.name), ", \"status\": ", json_string(status_name(s.status)));
+  if (!s.note.empty()) out += cat(", \"note\": ", json_string(s.note));
+  if (!s.hint.empty()) out += cat(", \"hint\": ", json_string(s.hint));
+  if (!s.inherited_from.empty()) out += cat(", \"inherited_from\": ", json_string(s.inherited_from));
+  out += cat(", \"class\": ", s.compared && s.has_accuracy ? json_string(accuracy_name(s.accuracy)) : "null");
   if (!s.compared)
     return out + ", \"rel_l2\": null, \"max_abs\": null, \"max_abs_index\": null, \"mismatch_fraction\": null, \"tolerance\": null}";
   out += cat(", \"rel_l2\": ", num(s.rel_l2), ", \"max_abs\": ", num(s.max_abs), ", \"max_abs_index\": ",
@@ -61,11 +66,11 @@ std::string stage_json(const StageReport& s) {
   if (s.fixed) {
     out += cat(", \"tolerance\": {\"policy\": \"fixed\", \"atol\": ", num(s.atol), ", \"rtol\": ", num(s.rtol), "}");
   } else {
-    out += cat(", \"tolerance\": {\"policy\": \"budget\", \"unit\": ", str(s.unit), ", \"limit\": ", num(s.limit),
+    out += cat(", \"tolerance\": {\"policy\": \"budget\", \"unit\": ", json_string(s.unit), ", \"limit\": ", num(s.limit),
                ", \"error\": ", num(s.error), ", \"reference_error\": ", num(s.reference_error), ", \"classes\": {");
     bool first = true;
     for (auto& [c, limit] : s.class_limit) {
-      out += cat(first ? "" : ", ", str(accuracy_name(c)), ": {\"limit\": ", num(limit), ", \"plain_error\": ",
+      out += cat(first ? "" : ", ", json_string(accuracy_name(c)), ": {\"limit\": ", num(limit), ", \"plain_error\": ",
                  num(s.class_error.at(c)), "}");
       first = false;
     }
@@ -75,21 +80,21 @@ std::string stage_json(const StageReport& s) {
     out += cat(", \"rounding\": {\"differ\": ", s.rounding.differ, ", \"unexplained\": ", s.rounding.unexplained,
                ", \"ties\": ", s.rounding.ties, ", \"ties_not_even\": ", s.rounding.ties_not_even,
                ", \"bias_ulp\": ", num(s.rounding.bias_ulp), ", \"reason\": ",
-               s.rounding.reason.empty() ? "null" : str(s.rounding.reason), "}");
+               s.rounding.reason.empty() ? "null" : json_string(s.rounding.reason), "}");
   if (!s.where.empty())
     out += cat(", \"where\": ", where_json(s.where), ", \"first_mismatch\": ", list(s.first_mismatch),
-               ", \"pattern\": ", str(s.pattern));
+               ", \"pattern\": ", json_string(s.pattern));
   return out + "}";
 }
 
 }  // namespace
 
 std::string report_json(const DiffReport& r) {
-  std::string out = cat("{\"schema\": 2, \"verdict\": ", str(verdict_name(r.verdict)), ", \"accept\": ",
-                        str(accuracy_name(r.accept)), ", \"first_divergent\": ",
-                        r.first_divergent.empty() ? "null" : str(r.first_divergent), ", \"root_causes\": ",
+  std::string out = cat("{\"schema\": 2, \"verdict\": ", json_string(verdict_name(r.verdict)), ", \"accept\": ",
+                        json_string(accuracy_name(r.accept)), ", \"first_divergent\": ",
+                        r.first_divergent.empty() ? "null" : json_string(r.first_divergent), ", \"root_causes\": ",
                         list(r.root_causes), ", \"missing_required\": ", list(r.missing_required),
-                        ", \"compared\": ", r.compared, ", \"summary\": ", str(r.verdict_line()), ", \"stages\": [");
+                        ", \"compared\": ", r.compared, ", \"summary\": ", json_string(r.verdict_line()), ", \"stages\": [");
   for (size_t i = 0; i < r.stages.size(); ++i) out += cat(i ? ",\n  " : "\n  ", stage_json(r.stages[i]));
   return out + "\n]}\n";
 }
