@@ -3,9 +3,13 @@
 #define DOCTEST_CONFIG_IMPLEMENT
 #include <doctest/doctest.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <memory>
 
 #include "cuda_backend.h"
+#include "cuda_check.h"
 #include "diff.h"
 #include "support.h"
 
@@ -18,6 +22,21 @@ Case on_cuda(const Case& in) {
   cuda_run(c, Pass::both, true);
   return c;
 }
+
+// Holds all of the device's free memory but `leave` to 128 MiB more while it lives: another
+// process (mhc) then finds about that much free.
+struct HoldDeviceMemory {
+  std::vector<std::unique_ptr<void, cudaError_t (*)(void*)>> held;
+  explicit HoldDeviceMemory(size_t leave) {
+    const size_t chunk = size_t(128) << 20;
+    size_t free = 0, total = 0;
+    for (CUDA_CHECK(cudaMemGetInfo(&free, &total)); free > leave + chunk; CUDA_CHECK(cudaMemGetInfo(&free, &total))) {
+      void* p = nullptr;
+      CUDA_CHECK(cudaMalloc(&p, chunk));
+      held.emplace_back(p, &cudaFree);
+    }
+  }
+};
 
 }  // namespace
 
@@ -78,6 +97,46 @@ TEST_CASE("unsupported n is a clear error") {
   Case in = generate_case(parse_shape("2,9,4"), 1, true);
   CHECK_THROWS_WITH_AS(cuda_run(in, Pass::both, false), "the cuda backend supports n = 1..8, this case has n = 9",
                        UserError);
+}
+
+TEST_CASE("a case larger than the device is a user error that says how much memory it needs") {
+  Case huge;  // the shape alone: the check comes before anything is read or allocated
+  huge.prob = parse_shape("134217728,4,4096");  // x alone is 4 TiB
+  std::string msg;
+  try {
+    cuda_run(huge, Pass::both, false);
+  } catch (const UserError& e) {
+    msg = e.what();
+  }
+  INFO(msg);
+  const char* head = "cuda: the case needs ";
+  REQUIRE(msg.rfind(head, 0) == 0);
+  CHECK(std::strtod(msg.c_str() + std::strlen(head), nullptr) >= 4096.0);  // GiB
+  CHECK(msg.find(" GiB of device memory (T=134217728 n=4 D=4096, forward), the device has ") != std::string::npos);
+  CHECK(msg.find(" GiB free of ") != std::string::npos);
+  Case small = generate_case(parse_shape("64,4,96"), 3, true);  // nothing left behind: a case that fits runs
+  CHECK_NOTHROW(on_cuda(small));
+}
+
+TEST_CASE("out of device memory in any CUDA call is a user error, and no error is left behind") {
+  void* p = nullptr;
+  CHECK_THROWS_AS(CUDA_CHECK(cudaMalloc(&p, size_t(1) << 50)), CudaOutOfMemory);  // 1 PiB
+  CHECK(cudaGetLastError() == cudaSuccess);
+}
+
+TEST_CASE("mhc run: a case larger than the device's free memory is exit 2, one line saying what it needs") {
+  // x, dx and dvecX alone are 2 GiB; mhc finds at most 1.125 GiB free (less its own context)
+  std::string dir = test::tmpdir("cuda_oom"), in = dir + "/in.h5", out = dir + "/out.h5";
+  auto g = test::sh(test::mhc(cat("gen --shape 4096,4,16384 --seed 1 ", in)));
+  INFO(g.err);
+  REQUIRE(g.rc == 0);
+  HoldDeviceMemory hold(size_t(1) << 30);
+  test::expect_error(cat("run --backend cuda --dump-intermediates ", in, " ", out),
+                     {"mhc: error: cuda: the case needs ",
+                      " GiB of device memory (T=4096 n=4 D=16384, forward + backward, dvecX kept), the device has ",
+                      " GiB free of "},
+                     dir, in, out);
+  std::filesystem::remove_all(dir);  // 640 MB
 }
 
 TEST_CASE("mhc diff cpu cuda on the example matches") {

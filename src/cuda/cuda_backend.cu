@@ -1,7 +1,12 @@
 // cuda_backend.cu — host side of the CUDA backend: device memory, uploads, launches,
-// downloads, timing. Kernels live in forward.cu and backward.cu.
+// downloads, timing. Kernels live in forward.cu and backward.cu. Which stages are on the
+// device, and how many bytes a case needs, come from the stage table (cuda_backend.h).
 #include <algorithm>
+#include <cstdio>
+#include <map>
 #include <memory>
+#include <type_traits>
+#include <variant>
 
 #include "cuda_backend.h"
 #include "cuda_check.h"
@@ -26,19 +31,46 @@ template <class T> struct DeviceArray {
   ~DeviceArray() { cudaFree(p); }  // nothing to report from a destructor
 };
 
-template <class T> DeviceArray<T> upload(const Tensor& t) {
-  MHC_CHECK(t.bytes.size() == size_t(t.size()) * sizeof(T), "upload of a ", dtype_name(t.dtype), " tensor");
-  DeviceArray<T> d(size_t(t.size()));
+template <class T> constexpr DType device_dtype();
+template <> constexpr DType device_dtype<__nv_bfloat16>() { return DType::bf16; }
+template <> constexpr DType device_dtype<float>() { return DType::f32; }
+
+// A stage on the device, in its stored dtype.
+using StageArray = std::variant<DeviceArray<__nv_bfloat16>, DeviceArray<float>>;
+
+template <class T> void upload(DeviceArray<T>& d, const Tensor& t, const char* name) {
+  MHC_CHECK(t.dtype == device_dtype<T>() && t.bytes.size() == d.n * sizeof(T), "upload of ", name, " (",
+            dtype_name(t.dtype), " ", shape_str(t.shape), ")");
   CUDA_CHECK(cudaMemcpy(d.p, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice));
-  return d;
 }
 
-template <class T> void download(const DeviceArray<T>& d, const Problem& p, const char* name, Case& c) {
-  const Stage& s = stage(name);
+template <class T> void download(const DeviceArray<T>& d, const Problem& p, const Stage& s, Case& c) {
   Tensor t(stage_shape(s, p), s.dtype);
-  MHC_CHECK(t.bytes.size() == d.n * sizeof(T), "download of ", name);
+  MHC_CHECK(t.dtype == device_dtype<T>() && t.bytes.size() == d.n * sizeof(T), "download of ", s.name);
   CUDA_CHECK(cudaMemcpy(t.bytes.data(), d.p, t.bytes.size(), cudaMemcpyDeviceToHost));
-  c.t[name] = std::move(t);
+  c.t[s.name] = std::move(t);
+}
+
+// All-ones bytes: NaN in float32 and in bf16, so an element a kernel fails to write
+// shows up as NaN in the diff instead of as a stale value from an earlier run.
+template <class T> void poison(DeviceArray<T>& a) { CUDA_CHECK(cudaMemset(a.p, 0xff, a.n * sizeof(T))); }
+
+// A stage's device pointer; it converts to the typed pointer a params field wants, checking
+// that the stage has that dtype on the device.
+struct StagePtr {
+  const StageArray* a;
+  const char* name;
+  template <class T> operator T*() const {
+    auto* d = std::get_if<DeviceArray<std::remove_const_t<T>>>(a);
+    MHC_CHECK(d, "stage ", name, " is not ", dtype_name(device_dtype<std::remove_const_t<T>>()), " on the device");
+    return d->p;
+  }
+};
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(size_t(1) << 30));
+  return buf;
 }
 
 void require_device() {
@@ -52,62 +84,114 @@ void require_device() {
 // Everything one case needs on the device; the parameter structs point into it.
 struct DeviceCase {
   Problem prob;
-  DeviceArray<__nv_bfloat16> x, dh_in, h_in, dx;
-  DeviceArray<float> pg, phi, gamma, alpha, bias, dh_post, dh_res;
-  DeviceArray<float> inv_rms, h_mix, h_pre, h_post, h_res, fwd_scratch;
-  DeviceArray<float> dh_pre, dh_mix, dinv_rms, dvecX, g_tok, a_tok, partial, dphi, dalpha, dbias, dgamma;
+  bool backward, keep_dvecX;
+  double need = 0;  // bytes of every allocation below (cuda_case_bytes), known before the first
+  size_t free_bytes = 0, total_bytes = 0, allocated = 0;
+  std::map<std::string, StageArray> stages;                   // every stage on the device, by name
+  DeviceArray<float> pg, fwd_scratch, g_tok, a_tok, partial;  // buffers that are no stage (cuda_scratch)
   cuda::FwdParams fwd{};
   cuda::BwdParams bwd{};
 
-  DeviceCase(const Case& c, bool backward, bool keep_dvecX) : prob(c.prob) {
+  DeviceCase(const Case& c, bool backward_, bool keep_dvecX_)
+      : prob(c.prob), backward(backward_), keep_dvecX(backward_ && keep_dvecX_) {
     require_device();
     if (prob.n < 1 || prob.n > 8) fail("the cuda backend supports n = 1..8, this case has n = ", prob.n);
-    const size_t T = size_t(prob.T()), K = size_t(prob.K()), N = size_t(prob.N()), n = size_t(prob.n),
-                 D = size_t(prob.D);
-    x = upload<__nv_bfloat16>(c.get("x"));
-    alpha = upload<float>(c.get("alpha"));
-    bias = upload<float>(c.get("bias"));
-    // gamma folded into phi, in float as the CPU golden does
-    Tensor pgh = c.get("phi");
+    CudaGeometry geo;
+    geo.fwd_scratch_floats = cuda::forward_scratch_floats(prob.T(), int(prob.n), int(prob.D));
+    if (backward) geo.splits = cuda::token_splits(prob.T(), prob.K());
+    need = cuda_case_bytes(prob, backward, keep_dvecX, geo);
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (need > double(free_bytes)) fail("cuda: ", memory_need());
+
+    for (const Stage& s : stage_table()) {
+      if (!cuda_on_device(s, backward, keep_dvecX)) continue;
+      MHC_CHECK(s.dtype == DType::bf16 || s.dtype == DType::f32, "stage ", s.name);
+      StageArray& a = stages.emplace(s.name, s.dtype == DType::bf16 ? StageArray(alloc<__nv_bfloat16>(s))
+                                                                     : StageArray(alloc<float>(s)))
+                          .first->second;
+      if (s.group == Group::inputs) std::visit([&](auto& d) { upload(d, c.get(s.name), s.name); }, a);
+    }
+    const CudaScratch sc = cuda_scratch(prob, backward, geo);
+    const size_t K = size_t(prob.K()), N = size_t(prob.N());
+    Tensor pgh = c.get("phi");  // gamma folded into phi, in float as the CPU golden does
     const float* g = c.get("gamma").data<float>();
     for (size_t j = 0; j < N; ++j)
       for (size_t k = 0; k < K; ++k) pgh.data<float>()[j * K + k] *= g[k];
-    pg = upload<float>(pgh);
-    inv_rms = DeviceArray<float>(T), h_mix = DeviceArray<float>(T * N), h_pre = DeviceArray<float>(T * n);
-    h_post = DeviceArray<float>(T * n), h_res = DeviceArray<float>(T * n * n), h_in = DeviceArray<__nv_bfloat16>(T * D);
-    fwd_scratch = DeviceArray<float>(size_t(cuda::forward_scratch_floats(prob.T(), int(prob.n), int(prob.D))));
-    fwd = {x.p, pg.p, alpha.p, bias.p, inv_rms.p, h_mix.p, h_pre.p, h_post.p, h_res.p, h_in.p, fwd_scratch.p,
-           prob.T(), int(prob.n), int(prob.D), float(prob.norm_eps), float(prob.hc_eps)};
+    pg = alloc<float>("pg", sc.pg);
+    upload(pg, pgh, "pg");
+    fwd_scratch = alloc<float>("fwd_scratch", sc.fwd);
+    if (backward) {
+      g_tok = alloc<float>("g_tok", sc.g_tok), a_tok = alloc<float>("a_tok", sc.a_tok);
+      partial = alloc<float>("partial", sc.partial);
+    }
+    MHC_CHECK(double(allocated) == need, "allocated ", allocated, " bytes, cuda_case_bytes counts ", need);
+
+    fwd.x = at("x"), fwd.pg = pg.p, fwd.alpha = at("alpha"), fwd.bias = at("bias");
+    fwd.inv_rms = at("inv_rms"), fwd.h_mix = at("h_mix"), fwd.h_pre = at("h_pre"), fwd.h_post = at("h_post");
+    fwd.h_res = at("h_res"), fwd.h_in = at("h_in"), fwd.scratch = fwd_scratch.p;
+    fwd.T = prob.T(), fwd.n = int(prob.n), fwd.D = int(prob.D);
+    fwd.norm_eps = float(prob.norm_eps), fwd.hc_eps = float(prob.hc_eps);
     if (!backward) return;
-    dh_in = upload<__nv_bfloat16>(c.get("dh_in"));
-    dh_post = upload<float>(c.get("dh_post"));
-    dh_res = upload<float>(c.get("dh_res"));
-    phi = upload<float>(c.get("phi"));
-    gamma = upload<float>(c.get("gamma"));
-    int splits = cuda::token_splits(prob.T(), prob.K());
-    dh_pre = DeviceArray<float>(T * n), dh_mix = DeviceArray<float>(T * N), dinv_rms = DeviceArray<float>(T);
-    if (keep_dvecX) dvecX = DeviceArray<float>(T * K);
-    dx = DeviceArray<__nv_bfloat16>(T * K), g_tok = DeviceArray<float>(T * N), a_tok = DeviceArray<float>(T * 3);
-    partial = DeviceArray<float>(size_t(splits) * N * K), dphi = DeviceArray<float>(N * K);
-    dalpha = DeviceArray<float>(3), dbias = DeviceArray<float>(N), dgamma = DeviceArray<float>(K);
-    bwd = {x.p, dh_in.p, dh_post.p, dh_res.p, phi.p, gamma.p, alpha.p, inv_rms.p, h_mix.p, h_pre.p, h_post.p,
-           dh_pre.p, dh_mix.p, dinv_rms.p, keep_dvecX ? dvecX.p : nullptr, dx.p, g_tok.p, a_tok.p, partial.p,
-           dphi.p, dalpha.p, dbias.p, dgamma.p, prob.T(), int(prob.n), int(prob.D), splits, float(prob.hc_eps)};
+    bwd.x = at("x"), bwd.dh_in = at("dh_in"), bwd.dh_post = at("dh_post"), bwd.dh_res = at("dh_res");
+    bwd.phi = at("phi"), bwd.gamma = at("gamma"), bwd.alpha = at("alpha");
+    bwd.inv_rms = at("inv_rms"), bwd.h_mix = at("h_mix"), bwd.h_pre = at("h_pre"), bwd.h_post = at("h_post");
+    bwd.dh_pre = at("dh_pre"), bwd.dh_mix = at("dh_mix"), bwd.dinv_rms = at("dinv_rms");
+    bwd.dvecX = keep_dvecX ? static_cast<float*>(at("dvecX")) : nullptr;
+    bwd.dx = at("dx"), bwd.g_tok = g_tok.p, bwd.a_tok = a_tok.p, bwd.partial = partial.p;
+    bwd.dphi = at("dphi"), bwd.dalpha = at("dalpha"), bwd.dbias = at("dbias"), bwd.dgamma = at("dgamma");
+    bwd.T = prob.T(), bwd.n = int(prob.n), bwd.D = int(prob.D), bwd.splits = int(geo.splits);
+    bwd.hc_eps = float(prob.hc_eps);
+  }
+
+  StagePtr at(const char* name) const {
+    auto it = stages.find(name);
+    MHC_CHECK(it != stages.end(), "stage ", name, " is not on the device");
+    return {&it->second, name};
+  }
+
+  // "the case needs 2.31 GiB of device memory (T=4096 n=4 D=16384, forward + backward, dvecX kept),
+  // the device has 0.61 GiB free of 79.19 GiB"
+  std::string memory_need() const {
+    return cat("the case needs ", gib(need), " of device memory (", prob.str(),
+               backward ? ", forward + backward" : ", forward", keep_dvecX ? ", dvecX kept" : "",
+               "), the device has ", gib(double(free_bytes)), " free of ", gib(double(total_bytes)));
+  }
+
+  // Out of device memory although the check above passed (another process, fragmentation):
+  // the same one-line error, naming the buffer.
+  template <class T> DeviceArray<T> alloc(const char* name, double count) {
+    try {
+      DeviceArray<T> a{size_t(count)};
+      allocated += a.n * sizeof(T);
+      return a;
+    } catch (const CudaOutOfMemory&) {
+      fail("cuda: out of device memory allocating ", name, " (", gib(count * double(sizeof(T))), "): ", memory_need());
+    }
+  }
+  template <class T> DeviceArray<T> alloc(const Stage& s) { return alloc<T>(s.name, stage_elements(s, prob)); }
+
+  // Every computed stage set to all-ones bytes (NaN in bf16 and float alike) before the kernels run.
+  void poison_computed() {
+    for (auto& [name, a] : stages)
+      if (stage(name).group != Group::inputs) std::visit([](auto& d) { poison(d); }, a);
   }
 
   // Backward alone reads the forward stages from the case instead of computing them.
   void upload_forward(const Case& c) {
-    for (auto [name, arr] : {std::pair{"inv_rms", &inv_rms}, std::pair{"h_mix", &h_mix}, std::pair{"h_pre", &h_pre},
-                             std::pair{"h_post", &h_post}}) {
-      Tensor t = convert(c.get(name), DType::f32);
-      CUDA_CHECK(cudaMemcpy(arr->p, t.bytes.data(), t.bytes.size(), cudaMemcpyHostToDevice));
+    for (const Stage& s : stage_table())
+      if (cuda_backward_reads(s))
+        std::visit([&](auto& d) { upload(d, convert(c.get(s.name), s.dtype), s.name); }, stages.at(s.name));
+  }
+
+  // The stages `pass` computed into c: the forward's unless a backward alone, the backward's when it ran.
+  void download_into(Case& c, Pass pass) const {
+    for (const Stage& s : stage_table()) {
+      if (s.group == Group::inputs || (s.group == Group::forward && pass == Pass::bwd)) continue;
+      if (auto it = stages.find(s.name); it != stages.end())
+        std::visit([&](const auto& d) { download(d, prob, s, c); }, it->second);
     }
   }
 };
-
-// All-ones bytes: NaN in float32 and in bf16, so an element a kernel fails to write
-// shows up as NaN in the diff instead of as a stale value from an earlier run.
-template <class T> void poison(DeviceArray<T>& a) { CUDA_CHECK(cudaMemset(a.p, 0xff, a.n * sizeof(T))); }
 
 }  // namespace
 
@@ -123,28 +207,14 @@ std::string cuda_device_name() {
 void cuda_run(Case& c, Pass pass, bool dump_intermediates) {
   const bool backward = pass != Pass::fwd && c.has_gradients();
   DeviceCase d(c, backward, dump_intermediates);
-  for (auto* a : {&d.inv_rms, &d.h_mix, &d.h_pre, &d.h_post, &d.h_res, &d.dh_pre, &d.dh_mix, &d.dinv_rms, &d.dvecX,
-                  &d.dphi, &d.dalpha, &d.dbias, &d.dgamma})
-    if (a->p) poison(*a);
-  for (auto* a : {&d.h_in, &d.dx})
-    if (a->p) poison(*a);
+  d.poison_computed();
   if (pass == Pass::bwd)
     d.upload_forward(c);
   else
     cuda::launch_forward(d.fwd, 0);
   if (backward) cuda::launch_backward(d.bwd, 0);
   CUDA_CHECK(cudaDeviceSynchronize());
-  const Problem& p = c.prob;
-  if (pass != Pass::bwd) {
-    download(d.inv_rms, p, "inv_rms", c), download(d.h_mix, p, "h_mix", c), download(d.h_pre, p, "h_pre", c);
-    download(d.h_post, p, "h_post", c), download(d.h_res, p, "h_res", c), download(d.h_in, p, "h_in", c);
-  }
-  if (backward) {
-    download(d.dh_pre, p, "dh_pre", c), download(d.dh_mix, p, "dh_mix", c), download(d.dinv_rms, p, "dinv_rms", c);
-    if (dump_intermediates) download(d.dvecX, p, "dvecX", c);
-    download(d.dx, p, "dx", c), download(d.dphi, p, "dphi", c), download(d.dalpha, p, "dalpha", c);
-    download(d.dbias, p, "dbias", c), download(d.dgamma, p, "dgamma", c);
-  }
+  d.download_into(c, pass);
   c.attrs["backend"] = "cuda";
   c.attrs["precision"] = "fp32";
   c.attrs["device"] = cuda_device_name();
