@@ -1,16 +1,27 @@
 #!/bin/sh
-# cuda_memcheck.sh MHC DIR — compute-sanitizer memcheck of the CUDA backend on small cases
-# (ragged tiles, scalar and vector paths, n = 1..8, every forward split: 16384,4,520 takes
-# 64-token tiles and K slices of 16 tiles, 300,4,520 slices of one tile). Exits 77 without a GPU.
+# cuda_memcheck.sh MHC DIR — compute-sanitizer on the CUDA backend over small cases (ragged
+# tiles, scalar and vector paths, n = 1..8, both forward splits: 16384,4,520 takes slices of a
+# whole group of chunks, 300,4,520 slices of one chunk): memcheck on every case; racecheck
+# (shared-memory hazards), synccheck and initcheck on a subset. Exits 77 without a GPU.
 set -eu
 mhc=$1 dir=$2
 if ! nvidia-smi -L >/dev/null 2>&1; then echo "SKIPPED: no CUDA device"; exit 77; fi
 cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 [ -x "$cs" ] || { echo "compute-sanitizer not found"; exit 1; }
 mkdir -p "$dir"
-for shape in 5,4,7 3,8,64 17,1,1 2,3,6,16 3,2,40 2,3,24 4,5,8 2,7,16 300,4,520 16384,4,520; do
-  "$mhc" gen --force --shape $shape --seed 1 "$dir/in.h5" >/dev/null
-  "$cs" --tool memcheck --error-exitcode 1 --leak-check full \
+check() {  # TOOL SHAPE [extra sanitizer options]
+  tool=$1 shape=$2
+  shift 2
+  "$mhc" gen --force --shape "$shape" --seed 1 "$dir/in.h5" >/dev/null
+  "$cs" --tool "$tool" --error-exitcode 1 "$@" \
     "$mhc" run -q --force --backend cuda --dump-intermediates "$dir/in.h5" "$dir/out.h5"
-  echo "memcheck clean: $shape"
+  echo "$tool clean: $shape"
+}
+for shape in 5,4,7 3,8,64 17,1,1 2,3,6,16 3,2,40 2,3,24 4,5,8 2,7,16 300,4,520 16384,4,520; do
+  check memcheck $shape --leak-check full
+done
+for shape in 5,4,7 3,8,64 300,4,520 40,6,24; do
+  check racecheck $shape --racecheck-report all
+  check synccheck $shape
+  check initcheck $shape
 done

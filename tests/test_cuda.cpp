@@ -65,7 +65,8 @@ TEST_CASE("cuda is bitwise deterministic from run to run") {
 }
 
 TEST_CASE("a token's forward bits do not depend on T (token tile and K slices change with T)") {
-  // T = 16384: 64-token tiles, K split in groups of 16 tiles; T = 100: 16-token tiles, K split per tile
+  // T = 16384: K split in slices of a whole group of 16 chunks, 2-warp blocks; T = 100: slices
+  // of one chunk, 1-warp blocks (forward.cu, plan)
   Case big = generate_case(parse_shape("16384,4,512"), 6, false);
   Case small = big.inputs_only();
   Tensor& x = small.t["x"];

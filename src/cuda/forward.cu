@@ -1,14 +1,26 @@
-// forward.cu — the forward in two kernels, K split over blocks so that any T fills the GPU:
-//   mix_partial  a block per (FT tokens, K slice): the slice's partial h_mix = x·(phi*gamma)
-//                and sums of squares of x. x (bf16 -> f32) and phi*gamma tiles of kTileK
-//                columns go through shared memory; each thread keeps a kRT x RJ register
-//                tile of h_mix (tokens x outputs), so every shared-memory load feeds several FMAs
+// forward.cu — the forward in three kernels, K split over blocks so that any T fills the GPU:
+//   split_pg     phi*gamma (N x K, fp32) as three bf16 planes hi + mid + lo whose sum is the
+//                fp32 value (24 significand bits = 3 x 8), padded with zeros to whole tiles
+//   mix_partial  a block per (up to 256 tokens, K slice): the slice's partial h_mix = x·(phi*gamma)
+//                on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate) and the sums of
+//                squares of x. x is exact in bf16 and so is every product x·plane, so the only
+//                roundings are those of fp32 sums (inside the mma possibly toward zero,
+//                but each chain there is 12 steps from zero). Each warp owns 16 or 32 tokens
+//                and loads its fragments straight from global memory (no shared memory)
 //   mix_finish   a block per kFinTok tokens: the partials summed over slices, inv_rms, the
 //                three gates, and h_in (a second read of the tokens' x)
-// No atomics. Every sum runs in one order that depends on K alone: tile (kTileK terms, one
-// chain) -> group (kFlush tiles) -> total. A slice is one tile or one whole group and the
-// finish kernel continues that order, so neither the slicing nor the token tile FT (both
-// chosen from the shape) changes a bit.
+// No atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
+// 4 mma steps x 3 planes from zero) -> group (kFlush chunks, one chain) -> total. A slice is one
+// chunk or one whole group and the finish kernel continues that order, so
+// neither the slicing nor the token tiling (both chosen from the shape) changes a bit.
+//
+// The mma fragments use a permutation of k inside each chunk: lane (g, tig) holds, for each of
+// the 4 k-steps s, the logical columns {2tig, 2tig+1, 2tig+8, 2tig+9} at the physical columns
+// 16 tig + 4 s + {0,1,2,3}. A dot product over a chunk does not depend on how its columns are
+// paired, as long as x (A) and the planes (B) use the same pairing: then each lane's 32 bytes
+// of a row are contiguous, two 16-byte loads.
+#include <cstdint>
+
 #include "cuda_check.h"
 #include "kernels.h"
 
@@ -16,172 +28,192 @@ namespace mhc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kTileK = 64;                     // K per shared-memory tile
-constexpr int kTokGroups = 16;                 // thread grid of mix_partial: kTokGroups x kOutGroups
-constexpr int kOutGroups = kThreads / kTokGroups;
-constexpr int kSsParts = 4;                    // threads per token in the sum of squares
-constexpr int kFlush = 16;                     // tiles summed before they join the total
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 64;                     // K per chunk: 4 mma k-steps of 16
+constexpr int kSsParts = 4;                    // the 4 lanes of a quad each sum their columns' squares
+constexpr int kFlush = 16;                     // chunks summed before they join the total
 constexpr int kFinTok = 4;                     // tokens per mix_finish block
-static_assert(kTokGroups * kOutGroups == kThreads, "the register-tile grid covers the block");
-static_assert(kTileK % kSsParts == 0 && kTileK % 8 == 0, "sum-of-squares slices and 16-byte x loads per tile");
+constexpr int kPlanes = 3;                     // hi, mid, lo
+static_assert(kChunk == 4 * 16 && kChunk / kSsParts == 16, "a lane holds 16 columns of a chunk: two 16-byte loads");
+static_assert(kThreads % 32 == 0 && kFinTok <= kThreads, "whole warps");
 
-// How the forward splits a shape. Slices of one group (kFlush tiles) keep the partials small;
-// slices of one tile give small T enough blocks. FT = 64 reuses each phi tile 64 times (a
-// 4-token register tile per thread); FT = 16 makes more blocks.
+// m16 token tiles per warp: two share each plane fragment load; one where N > 48 (n >= 7),
+// whose accumulators alone take 4·N/8 registers per tile.
+__host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
+
+// How the forward splits a shape. A slice is one whole group of kFlush chunks (a warp sums
+// them in one chain, from zero) or one chunk (small T: many more work items, at the price of
+// partials as large as x); no other size, or the finish kernel could not continue the order.
+// Then as many warps per block (1..kWarps, sharing the planes through L1) as still give two
+// blocks per SM of an H100.
 struct Plan {
-  int ft, slice_tiles, slices;
+  int slice_chunks, slices, warps;
 };
-Plan plan(int64_t T, int K) {
-  const int groups = int(ceil_div(K, kTileK * kFlush));
-  if (ceil_div(T, 64) * groups >= 512) return {64, kFlush, groups};
-  if (ceil_div(T, 16) * groups >= 256) return {16, kFlush, groups};
-  return {16, 1, int(ceil_div(K, kTileK))};
+Plan plan(int64_t T, int N, int K) {
+  const int64_t chunks = ceil_div(K, kChunk), groups = ceil_div(chunks, kFlush), wtiles = ceil_div(T, 16 * tok_tiles(N));
+  const int s = wtiles * groups >= 512 ? kFlush : 1, slices = int(ceil_div(chunks, s));
+  int w = kWarps;
+  while (w > 1 && ceil_div(wtiles, w) * slices < 264) w /= 2;
+  return {s, slices, w};
 }
+
+// Rows of the planes (N rounded up to whole n8 tiles) and their padded length (whole chunks).
+__host__ __device__ constexpr int plane_rows(int N) { return int(ceil_div(N, 8)) * 8; }
+int64_t plane_cols(int K) { return ceil_div(K, kChunk) * kChunk; }
 
 __device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 
-// One K tile of x (FT tokens, bf16, 16-byte vectors: needs K % 8 == 0) and of phi*gamma
-// (N rows), held in registers so the next tile's global loads are in flight while the
-// current tile is computed. Zero outside [T,K].
-template <int FT, int N> struct TileRegs {
-  static constexpr int kXVec = ceil_div(FT * kTileK / 8, kThreads);  // uint4 per thread
-  static constexpr int kP = ceil_div(N * kTileK, kThreads);          // floats per thread
-  uint4 xv[kXVec];
-  float pv[kP];
-
-  __device__ void load(const FwdParams& p, int K, int64_t t0, int k0) {
+// planes [kPlanes][rows][Kp]: pg = hi + mid + lo exactly (each the nearest bf16 to what is left).
+__global__ void __launch_bounds__(kThreads) split_pg(const float* pg, int N, int K, int rows, int64_t Kp,
+                                                     __nv_bfloat16* planes) {
+  const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (e >= rows * Kp) return;
+  const int j = int(e / Kp);
+  const int64_t k = e % Kp;
+  float v = j < N && k < K ? pg[j * int64_t(K) + k] : 0.0f;
+  const int64_t plane = rows * Kp;
 #pragma unroll
-    for (int q = 0; q < kXVec; ++q) {
-      int e = threadIdx.x + q * kThreads, tb = e / (kTileK / 8), k = k0 + (e % (kTileK / 8)) * 8;
-      xv[q] = tb < FT && t0 + tb < p.T && k < K ? *reinterpret_cast<const uint4*>(p.x + (t0 + tb) * K + k)
-                                                : make_uint4(0, 0, 0, 0);
-    }
-#pragma unroll
-    for (int q = 0; q < kP; ++q) {
-      int e = threadIdx.x + q * kThreads, j = e / kTileK, k = k0 + e % kTileK;
-      pv[q] = j < N && k < K ? p.pg[int64_t(j) * K + k] : 0.0f;
-    }
-  }
-
-  __device__ void store(float (*xs)[kTileK + 1], float (*ps)[kTileK + 1]) const {
-#pragma unroll
-    for (int q = 0; q < kXVec; ++q) {
-      int e = threadIdx.x + q * kThreads, tb = e / (kTileK / 8), kk = (e % (kTileK / 8)) * 8;
-      if (tb >= FT) break;
-      const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&xv[q]);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) xs[tb][kk + i] = __bfloat162float(h[i]);
-    }
-#pragma unroll
-    for (int q = 0; q < kP; ++q) {
-      int e = threadIdx.x + q * kThreads;
-      if (e < N * kTileK) ps[e / kTileK][e % kTileK] = pv[q];
-    }
-  }
-};
-
-// The same tile straight into shared memory, element by element (any K).
-template <int FT, int N>
-__device__ void load_tile_direct(float (*xs)[kTileK + 1], float (*ps)[kTileK + 1], const FwdParams& p, int K,
-                                 int64_t t0, int k0) {
-  for (int e = threadIdx.x; e < FT * kTileK; e += kThreads) {
-    int tb = e / kTileK, k = k0 + e % kTileK;
-    xs[tb][e % kTileK] = t0 + tb < p.T && k < K ? __bfloat162float(p.x[(t0 + tb) * K + k]) : 0.0f;
-  }
-  for (int e = threadIdx.x; e < N * kTileK; e += kThreads) {
-    int j = e / kTileK, k = k0 + e % kTileK;
-    ps[j][e % kTileK] = k < K ? p.pg[int64_t(j) * K + k] : 0.0f;
+  for (int q = 0; q < kPlanes; ++q) {
+    __nv_bfloat16 b = __float2bfloat16_rn(v);
+    planes[q * plane + e] = b;
+    v -= __bfloat162float(b);  // exact: b holds v's leading bits
   }
 }
 
-// Block b takes token tile b % tiles and K slice b / tiles (one grid dimension: any count fits).
-// part [slices,T,N]: h_mix over each slice; part_ss [slices,T,kSsParts]: the sums of squares
-// of x over each slice, one per quarter of every tile.
-template <int n, int FT>
-__global__ void __launch_bounds__(kThreads) mix_partial(FwdParams p, int slice_tiles, float* part, float* part_ss) {
-  constexpr int N = n * n + 2 * n;
-  constexpr int kRT = FT / kTokGroups;             // tokens per thread: tg, tg+16, ...
-  constexpr int RJ = ceil_div(N, kOutGroups);      // outputs per thread: jg, jg+16, ...
-  static_assert(FT % kTokGroups == 0 && FT * kSsParts <= kThreads, "token tile vs thread grid");
-  __shared__ float xs[FT][kTileK + 1];
-  __shared__ float ps[N][kTileK + 1];
+// D (16 x 8, fp32) += A (16 x 16, bf16, row-major) · B (16 x 8, bf16, column-major).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
-  const int K = n * p.D, tid = threadIdx.x, tg = tid / kOutGroups, jg = tid % kOutGroups;
-  const int64_t tiles = ceil_div(p.T, FT), t0 = blockIdx.x % tiles * FT;
-  const int slice = int(blockIdx.x / tiles), kbeg = slice * slice_tiles * kTileK, kend = min(K, kbeg + slice_tiles * kTileK);
-  float grp[kRT][RJ];
-#pragma unroll
-  for (int r = 0; r < kRT; ++r)
-#pragma unroll
-    for (int s = 0; s < RJ; ++s) grp[r][s] = 0.0f;
-  float ss_grp = 0.0f;
+// 32-bit word i (0..3) of a 16-byte vector; i a compile-time constant after unrolling.
+__device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
-  // Prefetching costs registers; at n >= 7 that cut occupancy more than it hid latency, so
-  // there the tile still comes in 16-byte loads but is stored at once, holding no registers
-  // through the math.
-  constexpr bool kPrefetch = N <= 48;
-  const bool vec = K % 8 == 0;
-  TileRegs<FT, kPrefetch ? N : 1> next;
-  if (vec && kPrefetch) next.load(p, K, t0, kbeg);
-  for (int k0 = kbeg; k0 < kend; k0 += kTileK) {
-    if (vec && kPrefetch) {
-      next.store(xs, ps);
+// A lane's 16 columns k..k+15 of token row t (zeros beyond T or K): two 16-byte loads when
+// K % 8 == 0 (then a run of 8 is all in or all out), else element by element.
+__device__ __forceinline__ void load_row(const __nv_bfloat16* __restrict__ x, int64_t T, int K, bool vec, int64_t t,
+                                         int k, uint4 (&out)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int kh = k + 8 * h;
+    if (t >= T) {
+      out[h] = make_uint4(0, 0, 0, 0);
     } else if (vec) {
-      TileRegs<FT, N> now;
-      now.load(p, K, t0, k0);
-      now.store(xs, ps);
+      out[h] = kh < K ? __ldcs(reinterpret_cast<const uint4*>(x + t * K + kh)) : make_uint4(0, 0, 0, 0);
     } else {
-      load_tile_direct<FT, N>(xs, ps, p, K, t0, k0);
-    }
-    __syncthreads();
-    if (vec && kPrefetch && k0 + kTileK < kend) next.load(p, K, t0, k0 + kTileK);  // in flight during this tile's math
-    if (tid < FT * kSsParts) {  // sum of squares: kSsParts threads per token, a fixed slice each
-      int tb = tid / kSsParts, part = tid % kSsParts;
-      float s = 0.0f;
+      uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
-      for (int q = 0; q < kTileK / kSsParts; ++q) {
-        float v = xs[tb][part * (kTileK / kSsParts) + q];
-        s = fmaf(v, v, s);
+      for (int i = 0; i < 8; ++i)
+        if (kh + i < K) w[i / 2] |= uint32_t(__bfloat16_as_ushort(x[t * K + kh + i])) << (16 * (i % 2));
+      out[h] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+  }
+}
+
+// Block b: token tile b % tiles, K slice b / tiles (blockDim.x / 32 warps, Plan::warps). Warp w
+// owns kMT m16 tiles of tokens; lane (g = lane / 4, tig = lane % 4) holds rows g and g + 8 of
+// each. Registers: two blocks per SM up to n = 4 (128 a thread), one beyond. (Staging x
+// through a per-lane cp.async ring in shared memory instead was slower: device run s4-2.)
+// part [slices,T,N]: h_mix over each slice; part_ss [slices,T,kSsParts]: sums of squares of x
+// over each slice, one per lane of the token's quad.
+template <int n>
+__global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) mix_partial(FwdParams p, const __nv_bfloat16* __restrict__ planes,
+                                                        int64_t Kp, int slice_chunks, float* part, float* part_ss) {
+  constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N);
+  const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const int warps = blockDim.x / 32;
+  const int64_t tiles = ceil_div(p.T, warps * 16 * kMT);
+  const int64_t tw = (blockIdx.x % tiles * warps + threadIdx.x / 32) * (16 * kMT);  // the warp's first token
+  if (tw >= p.T) return;  // no barriers in this kernel
+  const int slice = int(blockIdx.x / tiles);
+  const int c_beg = slice * slice_chunks, c_end = min(int(ceil_div(K, kChunk)), c_beg + slice_chunks);
+  const bool vec = K % 8 == 0;
+  const int64_t plane = plane_rows(N) * Kp;
+
+  float acc[kMT][NT][4], ss[kMT][2];
+#pragma unroll
+  for (int m = 0; m < kMT; ++m) {
+    ss[m][0] = ss[m][1] = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][nt][i] = 0.0f;
+  }
+  for (int c = c_beg; c < c_end; ++c) {
+    const int k = c * kChunk + 16 * tig;
+    uint4 xr[kMT][2][2];  // [m tile][row g, g + 8][16-byte half]
+#pragma unroll
+    for (int m = 0; m < kMT; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) load_row(p.x, p.T, K, vec, tw + 16 * m + 8 * r + g, k, xr[m][r]);
+    // sums of squares: each lane its 16 columns of each of its rows, one chain per chunk
+#pragma unroll
+    for (int m = 0; m < kMT; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const uint32_t w = word(xr[m][r][i / 4], i % 4);
+          s = fmaf(lo_bf16(w), lo_bf16(w), s);
+          s = fmaf(hi_bf16(w), hi_bf16(w), s);
+        }
+        ss[m][r] += s;
       }
-      ss_grp += s;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      uint4 br[kPlanes][2];
+#pragma unroll
+      for (int q = 0; q < kPlanes; ++q)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          br[q][h] = __ldg(reinterpret_cast<const uint4*>(planes + q * plane + int64_t(nt * 8 + g) * Kp + k + 8 * h));
+      float cc[kMT][4];
+#pragma unroll
+      for (int m = 0; m < kMT; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cc[m][i] = 0.0f;
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {  // k-step s: words 2(s%2), 2(s%2)+1 of half s/2
+        const int h = s / 2, w0 = 2 * (s % 2);
+#pragma unroll
+        for (int m = 0; m < kMT; ++m) {
+          const uint32_t a[4] = {word(xr[m][0][h], w0), word(xr[m][1][h], w0), word(xr[m][0][h], w0 + 1),
+                                 word(xr[m][1][h], w0 + 1)};
+#pragma unroll
+          for (int q = kPlanes - 1; q >= 0; --q) mma_bf16(cc[m], a, word(br[q][h], w0), word(br[q][h], w0 + 1));
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kMT; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[m][nt][i] += cc[m][i];
     }
-    float a[kRT][RJ];
-#pragma unroll
-    for (int r = 0; r < kRT; ++r)
-#pragma unroll
-      for (int s = 0; s < RJ; ++s) a[r][s] = 0.0f;
-#pragma unroll 8
-    for (int kk = 0; kk < kTileK; ++kk) {
-      float xv[kRT], pv[RJ];
-#pragma unroll
-      for (int r = 0; r < kRT; ++r) xv[r] = xs[tg + kTokGroups * r][kk];
-#pragma unroll
-      for (int s = 0; s < RJ; ++s) pv[s] = ps[min(jg + kOutGroups * s, N - 1)][kk];
-#pragma unroll
-      for (int r = 0; r < kRT; ++r)
-#pragma unroll
-        for (int s = 0; s < RJ; ++s) a[r][s] = fmaf(xv[r], pv[s], a[r][s]);
-    }
-#pragma unroll
-    for (int r = 0; r < kRT; ++r)
-#pragma unroll
-      for (int s = 0; s < RJ; ++s) grp[r][s] += a[r][s];
-    __syncthreads();
   }
 
   const int64_t base = int64_t(slice) * p.T;
 #pragma unroll
-  for (int r = 0; r < kRT; ++r) {
-    const int64_t t = t0 + tg + kTokGroups * r;
+  for (int m = 0; m < kMT; ++m)
 #pragma unroll
-    for (int s = 0; s < RJ; ++s)
-      if (t < p.T && jg + kOutGroups * s < N) part[(base + t) * N + jg + kOutGroups * s] = grp[r][s];
-  }
-  if (tid < FT * kSsParts && t0 + tid / kSsParts < p.T) part_ss[(base + t0) * kSsParts + tid] = ss_grp;
+    for (int r = 0; r < 2; ++r) {
+      const int64_t t = tw + 16 * m + 8 * r + g;
+      if (t >= p.T) continue;
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int j = nt * 8 + 2 * tig + i;
+          if (j < N) part[(base + t) * N + j] = acc[m][nt][2 * r + i];
+        }
+      part_ss[(base + t) * kSsParts + tig] = ss[m][r];
+    }
 }
 
 template <int n>
-__global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_tiles, int slices, const float* part,
+__global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_chunks, int slices, const float* part,
                                                        const float* part_ss) {
   constexpr int N = n * n + 2 * n;
   __shared__ float hm[kFinTok][N];
@@ -202,7 +234,7 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_ti
 #pragma unroll 8
     for (int s = 0; s < slices; ++s) {
       grp += src[s * stride];
-      if ((s + 1) * slice_tiles % kFlush == 0 || s == slices - 1) acc += grp, grp = 0.0f;
+      if ((s + 1) * slice_chunks % kFlush == 0 || s == slices - 1) acc += grp, grp = 0.0f;
     }
     (c < N ? hm[tb][c] : ssq[tb][c - N]) = acc;
   }
@@ -271,24 +303,26 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_ti
 
 template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
-  const Plan pl = plan(p.T, n * p.D);
-  float* part = p.scratch;
-  float* part_ss = p.scratch + int64_t(pl.slices) * p.T * N;
-  const unsigned grid = unsigned(ceil_div(p.T, pl.ft) * pl.slices);
-  if (pl.ft == 64) {
-    mix_partial<n, 64><<<grid, kThreads, 0, s>>>(p, pl.slice_tiles, part, part_ss);
-  } else {
-    mix_partial<n, 16><<<grid, kThreads, 0, s>>>(p, pl.slice_tiles, part, part_ss);
-  }
+  const int K = n * p.D;
+  const Plan pl = plan(p.T, N, K);
+  const int64_t Kp = plane_cols(K), plane_floats = ceil_div(kPlanes * plane_rows(N) * Kp, 8) * 4;  // 16-byte multiple
+  auto* planes = reinterpret_cast<__nv_bfloat16*>(p.scratch);
+  float* part = p.scratch + plane_floats;
+  float* part_ss = part + int64_t(pl.slices) * p.T * N;
+  split_pg<<<unsigned(ceil_div(plane_rows(N) * Kp, kThreads)), kThreads, 0, s>>>(p.pg, N, K, plane_rows(N), Kp, planes);
   CUDA_CHECK(cudaGetLastError());
-  mix_finish<n><<<unsigned(ceil_div(p.T, kFinTok)), kThreads, 0, s>>>(p, pl.slice_tiles, pl.slices, part, part_ss);
+  mix_partial<n><<<unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.slices), 32 * pl.warps, 0, s>>>(p, planes, Kp, pl.slice_chunks,
+                                                                                    part, part_ss);
+  CUDA_CHECK(cudaGetLastError());
+  mix_finish<n><<<unsigned(ceil_div(p.T, kFinTok)), kThreads, 0, s>>>(p, pl.slice_chunks, pl.slices, part, part_ss);
   CUDA_CHECK(cudaGetLastError());
 }
 
 }  // namespace
 
 int64_t forward_scratch_floats(int64_t T, int n, int D) {
-  return int64_t(plan(T, n * D).slices) * T * (n * n + 2 * n + kSsParts);
+  const int N = n * n + 2 * n, K = n * D;
+  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + int64_t(plan(T, N, K).slices) * T * (N + kSsParts);
 }
 
 void launch_forward(const FwdParams& p, cudaStream_t s) {

@@ -1,5 +1,6 @@
 #include "rounding.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -81,7 +82,13 @@ void explain(Rounding& r) {
   const double widest = r.widest;
   r.bias_ulp = r.elements ? r.bias_sum / double(r.elements) : 0;
   r.reason.clear();
-  if (r.unexplained) {
+  // A few flips within 1/10 ulp of a tie (at most 3, or 1 in 1000 elements) are the kernel's
+  // own fp32 arithmetic where its terms cancel at that element: tau is the plain evaluation's
+  // largest error, one sample, not a bound per element (a correct CUDA dx at n = 1, T = 4096
+  // had one). Double rounding flips a few percent of the elements. Blocks are judged with
+  // their own counts, the stage again with every block's.
+  const bool isolated = widest < 0.1 && double(r.unexplained) <= std::max(3.0, double(r.elements) / 1000);
+  if (r.unexplained && !isolated) {
     std::string n = cat(r.unexplained, " of ", r.elements, " elements");
     bool spread = widest > 0.25;  // flips far from ties: the rounding itself, not a slightly different value
     if (spread && toward >= 0.9 * double(r.unexplained))
