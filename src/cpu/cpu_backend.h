@@ -45,4 +45,10 @@ struct TokenSums {
 void cpu_run_chunk(Case& chunk, Arith arith, TokenSums& sums, Pass pass = Pass::both);
 void cpu_finish(Case& c, const TokenSums& sums, Arith arith);
 
+// The per-token terms of the sums over tokens with few elements (dalpha [T,3], dbias [T,N]),
+// as cpu_run forms them before adding them over tokens, in the arithmetic of `a` (the diff
+// estimates a correct kernel's error in those sums from them: docs/diff.md).
+bool has_token_terms(const std::string& name);
+std::vector<double> cpu_token_terms(const std::string& name, const Problem& p, const TensorMap& in, Arith a);
+
 }  // namespace mhc

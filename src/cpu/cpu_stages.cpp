@@ -410,18 +410,21 @@ template <class R> void dgamma_add(const Problem& p, const TensorMap& in, const 
   }
 }
 
-// acc[m] += sum_t per[t,m] for per [T,M]: pairwise within each block of tokens (plain: one chain)
+// acc[m] += sum_t per[t,m] for per [T,M]: pairwise within each block of tokens, the block added
+// to acc (plain: one chain over every token, continued from acc)
 template <class R> void add_over_tokens(const std::vector<R>& per, int64_t T, int64_t M, const Arith& a, R* acc) {
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t t0 = 0; t0 < T; t0 += kTokenBlock) {
-      int64_t rows = std::min(kTokenBlock, T - t0);
-      acc[m] = a.plain ? acc[m] + sum_in_order(per.data() + t0 * M + m, rows, M, a)
-                       : acc[m] + pairwise_sum(per.data() + t0 * M + m, rows, M);
+  for (int64_t m = 0; m < M; ++m) {
+    if (a.plain) {
+      for (int64_t t = 0; t < T; ++t) acc[m] += per[size_t(t * M + m)];
+      continue;
     }
+    for (int64_t t0 = 0; t0 < T; t0 += kTokenBlock)
+      acc[m] += pairwise_sum(per.data() + t0 * M + m, std::min(kTokenBlock, T - t0), M);
+  }
 }
 
-// acc[3] += sum_t [g_pre·t_pre, g_post·t_post, g_res·t_res], t = h_mix·inv_rms
-template <class R> void dalpha_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
+// dalpha's per-token terms [T,3]: [g_pre·t_pre, g_post·t_post, g_res·t_res], t = h_mix·inv_rms
+template <class R> std::vector<R> dalpha_terms(const Problem& p, const TensorMap& in) {
   const int64_t T = p.T(), N = p.N(), n = p.n;
   GateGrads<R> gg(p, in);
   As<R> hm(dep(in, "h_mix")), ir(dep(in, "inv_rms"));
@@ -432,16 +435,33 @@ template <class R> void dalpha_add(const Problem& p, const TensorMap& in, const 
     for (int64_t j = 0; j < N; ++j) s[j < n ? 0 : j < 2 * n ? 1 : 2] += g[size_t(j)] * hm.p[t * N + j] * ir.p[t];
     for (int k = 0; k < 3; ++k) per[size_t(t * 3 + k)] = s[k];
   }
-  add_over_tokens(per, T, 3, a, acc);
+  return per;
 }
 
-// acc[N] += sum_t g[t,:]
-template <class R> void dbias_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
+// dbias's per-token terms [T,N]: g
+template <class R> std::vector<R> dbias_terms(const Problem& p, const TensorMap& in) {
   const int64_t T = p.T(), N = p.N();
   GateGrads<R> gg(p, in);
   std::vector<R> per(static_cast<size_t>(T * N));
   for (int64_t t = 0; t < T; ++t) gg(t, &per[size_t(t * N)]);
-  add_over_tokens(per, T, N, a, acc);
+  return per;
+}
+
+template <class R> std::vector<R> token_terms(const std::string& s, const Problem& p, const TensorMap& in) {
+  if (s == "dalpha") return dalpha_terms<R>(p, in);
+  if (s == "dbias") return dbias_terms<R>(p, in);
+  MHC_CHECK(false, "no per-token terms for stage ", s);
+  return {};
+}
+
+// acc[3] += sum_t dalpha's terms
+template <class R> void dalpha_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
+  add_over_tokens(dalpha_terms<R>(p, in), p.T(), 3, a, acc);
+}
+
+// acc[N] += sum_t g
+template <class R> void dbias_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
+  add_over_tokens(dbias_terms<R>(p, in), p.T(), p.N(), a, acc);
 }
 
 template <class R> void sum_add(const std::string& s, const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
@@ -497,6 +517,14 @@ Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in,
   Tensor out;
   cpu_stage_into(name, p, in, a, out);
   return out;
+}
+
+bool has_token_terms(const std::string& name) { return name == "dalpha" || name == "dbias"; }
+
+std::vector<double> cpu_token_terms(const std::string& name, const Problem& p, const TensorMap& in, Arith a) {
+  if (a.prec == Precision::fp64) return token_terms<double>(name, p, in);
+  std::vector<float> f = token_terms<float>(name, p, in);
+  return std::vector<double>(f.begin(), f.end());
 }
 
 void cpu_run_chunk(Case& c, Arith a, TokenSums& sums, Pass pass) {

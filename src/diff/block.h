@@ -1,9 +1,11 @@
 // block.h — the diff of one block of tokens (engine.cpp), which the streamed diff
 // (stream.cpp) runs block by block and merges.
 #pragma once
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "diff.h"
 
@@ -15,6 +17,10 @@ struct BlockSums {
   std::set<std::string> want;                   // sums over tokens this block replays its part of
   std::map<std::string, Tensor> replays_added;  // ... that part
   std::map<std::string, Tensor> replays;        // given: the replays to use (the totals)
+  // Given for the sums over tokens with few elements (dalpha, dbias): per class, an upper
+  // estimate of the sigma of a correct kernel's error in each element, in the stage's values
+  // (stream.cpp, docs/diff.md); empty where there is none.
+  std::function<std::vector<double>(Accuracy, const std::string&)> sigma;
 };
 
 // Compares one block: every stage present on both sides, with per-element errors and masks

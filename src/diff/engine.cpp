@@ -1,6 +1,7 @@
 // engine.cpp — the diff itself: per stage, metrics against B, the accuracy class from the
 // budgets of references.h, the rounding check of bf16 stages, the replay that tells an
 // introduced error from an inherited one, and where the mismatches lie (docs/diff.md).
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -32,6 +33,7 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr Accuracy kClasses[] = {Accuracy::fp32, Accuracy::tf32, Accuracy::bf16};
+constexpr double kSigmas = 3.7;  // how far (in sigmas) a correct kernel's largest error may reach
 
 // A stage's unit of error: bf16 ulps of the reference value (taken at least at rms/64 so
 // that values cancelling to ~0 don't make every ulp tiny), or fractions of the reference RMS.
@@ -53,7 +55,7 @@ double small_sample(int64_t m) {
   const double p = std::pow(0.01, 1.0 / double(std::max<int64_t>(m, 1)));
   double lo = 0, hi = 10;  // erf(q / sqrt 2) = p, by bisection
   for (int i = 0; i < 60; ++i) (std::erf((lo + hi) / 2 / std::sqrt(2.0)) < p ? lo : hi) = (lo + hi) / 2;
-  return std::max(1.0, 3.7 / lo);
+  return std::max(1.0, kSigmas / lo);
 }
 
 double noise_floor(const Stage& s) { return s.dtype == DType::bf16 ? 0.25 : 1e-6; }
@@ -313,12 +315,42 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       }
       return rounding[c].reason.empty();
     };
+    // Sums over tokens with few elements (dalpha, dbias) get a limit per element (elem_limit):
+    // sigma, estimated from every token, is the sharper bound there; the element's own plain
+    // error (bias included) stays a floor, and s(m) E_C a ceiling (docs/diff.md, "Sums over
+    // tokens with few elements"). The row then shows the element closest to its limit.
+    std::map<Accuracy, std::vector<double>> elem_limit;
+    std::map<Accuracy, size_t> closest;
     auto limit_of = [&](Accuracy c) {
       if (!r.class_limit.count(c)) {
-        r.class_error[c] = max_error(refs.plain(c).get(s.name), o, uo, bf);
-        r.class_limit[c] = opt.budget_factor * small_sample(tb.size()) * r.class_error[c] + r.reference_error + noise_floor(s);
+        const Tensor& pc = refs.plain(c).get(s.name);
+        r.class_error[c] = max_error(pc, o, uo, bf);
+        const double k = opt.budget_factor, floor = r.reference_error + noise_floor(s);
+        const double reach = small_sample(tb.size()) * r.class_error[c];
+        r.class_limit[c] = k * reach + floor;
+        std::vector<double> sigma = sums.sigma && !bf ? sums.sigma(c, s.name) : std::vector<double>{};
+        if (!sigma.empty() && int64_t(sigma.size()) == tb.size()) {
+          std::vector<double>& lim = elem_limit[c];
+          lim.resize(sigma.size());
+          size_t w = 0;
+          for (size_t i = 0; i < lim.size(); ++i) {
+            double own = uo(elem_diff(pc.at(int64_t(i)), o.at(int64_t(i))), o.at(int64_t(i)));
+            lim[i] = k * std::max(own, std::min(reach, kSigmas * sigma[i] / uo.rms)) + floor;
+            if (!(err[i] * lim[w] <= err[w] * lim[i])) w = i;  // err/lim larger (or NaN)
+          }
+          closest[c] = w;
+          r.class_limit[c] = lim[w];
+        }
       }
       return r.class_limit[c];
+    };
+    auto within = [&](Accuracy c) {
+      const double limit = limit_of(c);
+      auto it = elem_limit.find(c);
+      if (it == elem_limit.end()) return r.error <= limit;
+      for (size_t i = 0; i < err.size(); ++i)
+        if (!(err[i] <= it->second[i])) return false;
+      return true;
     };
 
     r.accuracy = Accuracy::diverged;
@@ -326,12 +358,15 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       r.accuracy = Accuracy::exact;
     } else {
       for (Accuracy c : kClasses)
-        if (r.error <= limit_of(c) && rounding_ok(c)) {
+        if (within(c) && rounding_ok(c)) {
           r.accuracy = c;
           break;
         }
     }
     r.limit = limit_of(opt.accept);
+    const std::vector<double>* per_elem = elem_limit.count(opt.accept) ? &elem_limit[opt.accept] : nullptr;
+    if (per_elem) r.error = err[closest[opt.accept]];
+    auto limit_at = [&](size_t i) { return per_elem ? (*per_elem)[i] : r.limit; };
     rounding_ok(opt.accept);
     if (bf) r.rounding = rounding[opt.accept];
     std::vector<uint8_t> mask(err.size());
@@ -339,7 +374,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     const bool check_rounded = bf && r.accuracy != Accuracy::exact && !rounded_badly.empty();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < int64_t(err.size()); ++i)
-      mask[size_t(i)] = err[size_t(i)] > r.limit || (check_rounded && rounded_badly[size_t(i)]);
+      mask[size_t(i)] = !(err[size_t(i)] <= limit_at(size_t(i))) || (check_rounded && rounded_badly[size_t(i)]);
     r.mismatches = std::count(mask.begin(), mask.end(), 1);
     bool fails = r.accuracy > opt.accept;
     r.status = fails ? Status::diverged : Status::ok;
@@ -347,9 +382,10 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       // Introduced or inherited: is A's value right given A's own upstream tensors?
       const Tensor& re = replay(s.name);
       Unit ur = unit_of(s, re);
-      double own = 0;
-      for (int64_t i = 0; i < re.size(); ++i) own = std::max(own, ur(elem_diff(ta.at(i), re.at(i)), re.at(i)));
-      if (own <= r.limit - r.reference_error && (!bf || r.rounding.reason.empty())) r.status = Status::inherited;
+      bool own_ok = true;
+      for (int64_t i = 0; i < re.size(); ++i)
+        own_ok = own_ok && ur(elem_diff(ta.at(i), re.at(i)), re.at(i)) <= limit_at(size_t(i)) - r.reference_error;
+      if (own_ok && (!bf || r.rounding.reason.empty())) r.status = Status::inherited;
       if (r.error > r.limit) r.rounding.reason.clear();  // values off by more than rounding: that is the news
     }
     keep(r, err, mask, ta, tb, opt);

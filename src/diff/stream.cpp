@@ -92,6 +92,83 @@ class CpuSide : public Side {
   TokenSums sums_;
 };
 
+// The p-quantile of chi-square with k > 0 (not necessarily whole) degrees of freedom: for
+// k >= 30 Wilson-Hilferty's cube (within 0.2% there), below by bisection on the regularised
+// lower incomplete gamma function P(k/2, x/2), summed as its series.
+double chi2_quantile(double k, double p) {
+  double lo = -10, hi = 10;  // z, the standard normal p-quantile, by bisection
+  for (int i = 0; i < 100; ++i) (0.5 * std::erfc(-(lo + hi) / 2 / std::sqrt(2.0)) < p ? lo : hi) = (lo + hi) / 2;
+  const double z = lo;
+  if (k >= 30) {
+    double c = 2 / (9 * k), w = 1 - c + z * std::sqrt(c);
+    return k * w * w * w;
+  }
+  auto P = [&](double x) {  // P(k/2, x/2)
+    const double a = k / 2, y = x / 2;
+    if (y <= 0) return 0.0;
+    double term = 1, sum = 1;
+    for (int n = 1; n < 100000 && term > 1e-17 * sum; ++n) sum += term *= y / (a + n);
+    return std::exp(a * std::log(y) - y - std::lgamma(a + 1)) * sum;
+  };
+  lo = 0, hi = 10 * k + 100;
+  for (int i = 0; i < 200; ++i) (P((lo + hi) / 2) < p ? lo : hi) = (lo + hi) / 2;
+  return lo;
+}
+
+// A correct kernel's error in one element of a sum over tokens with few elements (dalpha,
+// dbias; docs/diff.md), estimated from every token of the plain class-C evaluation: the errors
+// e_t of its per-token terms against the oracle's, and the partial sums s_i of its chain over
+// tokens. Carried from block to block in token order: memory does not grow with T.
+struct SumNoise {
+  int64_t tokens = 0;
+  std::vector<double> run, chain2, err2, err4;  // per element: s_i, sum s_i^2, sum e_t^2, sum e_t^4
+
+  void add(const std::vector<double>& plain, const std::vector<double>& oracle, int64_t M) {
+    if (run.empty()) run.assign(size_t(M), 0), chain2 = err2 = err4 = run;
+    const int64_t T = int64_t(plain.size()) / M;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t m = 0; m < M; ++m) {
+        size_t i = size_t(t * M + m);
+        double e = plain[i] - oracle[i];
+        run[size_t(m)] += plain[i];
+        chain2[size_t(m)] += run[size_t(m)] * run[size_t(m)];
+        err2[size_t(m)] += e * e, err4[size_t(m)] += e * e * e * e;
+      }
+    tokens += T;
+  }
+
+  // Per element: sqrt(f^2 sum e_t^2 + sigma_chain^2). The e_t part is scaled by f so that it
+  // understates the variance with probability 1% at most: sum e_t^2 is a chi-square sample of
+  // about 3 (sum e_t^2)^2 / sum e_t^4 degrees of freedom (Gaussian e_t of equal variance: T;
+  // fewer where a few tokens dominate). Each addition of the chain rounds by at most u|s_i|,
+  // uniformly: sigma_chain^2 = u^2/3 sum s_i^2, u = 2^-24.
+  std::vector<double> sigma() const {
+    const double u = std::ldexp(1.0, -24);
+    std::vector<double> out(run.size());
+    for (size_t m = 0; m < run.size(); ++m) {
+      double f2 = 1;
+      if (err4[m] > 0) {
+        double dof = std::min(double(tokens), 3 * err2[m] * err2[m] / err4[m]);
+        f2 = dof / chi2_quantile(dof, 0.01);
+      }
+      out[m] = std::sqrt(f2 * err2[m] + u * u / 3 * chain2[m]);
+    }
+    return out;
+  }
+};
+
+// Adds a block's per-token terms of dalpha and dbias, as the plain evaluation `plain` (in its
+// arithmetic `arith`) and the oracle form them, to noise.
+void add_noise(std::map<std::string, SumNoise>& noise, const Case& plain, const Case& oracle, Arith arith) {
+  if (!plain.has_gradients()) return;
+  for (const Stage& s : stage_table()) {
+    if (!is_token_sum(s) || !has_token_terms(s.name)) continue;
+    const int64_t M = numel(stage_shape(s, plain.prob));
+    noise[s.name].add(cpu_token_terms(s.name, plain.prob, plain.t, arith),
+                      cpu_token_terms(s.name, oracle.prob, oracle.t, Arith(Precision::fp64)), M);
+  }
+}
+
 int severity(Status s) { return s == Status::diverged ? 2 : s == Status::inherited ? 1 : 0; }
 
 // One stage's report, merged block by block.
@@ -212,6 +289,7 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
   std::map<std::string, Tensor> replays;  // fp64 replays of A's sums over tokens
   std::set<std::string> want;
   if (with_sums && budget) want = a.sum_stages();
+  std::map<int, std::map<std::string, SumNoise>> noise;  // per class: dalpha's and dbias's SumNoise
 
   std::vector<std::string> order;
   std::map<std::string, Merged> merged;
@@ -221,6 +299,8 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
     if (check) check(ab, bb);
     References refs(bb, with_sums ? &ref_sums : nullptr);
     if (budget) refs.oracle(), refs.plain(opt.accept);  // every block: their sums over tokens are complete
+    if (budget && with_sums)
+      add_noise(noise[ref_key(opt.accept)], refs.plain(opt.accept), refs.oracle(), plain_arith(opt.accept));
     BlockSums bs;
     bs.want = want;
     DiffReport br = diff_block(ab, bb, refs, block_opt, bs);
@@ -250,8 +330,13 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
         s = &ref_sums[key];
       } else {
         for (int64_t t0 = 0; t0 < P.T(); t0 += kTokenBlock) {
-          Case in = b.inputs(t0, std::min(t0 + kTokenBlock, P.T()));
+          Case in = b.inputs(t0, std::min(t0 + kTokenBlock, P.T())), o = in;
           cpu_run_chunk(in, ref_arith(key), once);
+          if (key != kOracle && budget && in.has_gradients()) {  // and the oracle of the block, for SumNoise
+            TokenSums scratch;
+            cpu_run_chunk(o, ref_arith(kOracle), scratch);
+            add_noise(noise[key], in, o, ref_arith(key));
+          }
         }
       }
       cpu_finish(c, *s, ref_arith(key));
@@ -259,6 +344,13 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
     });
     BlockSums bs;
     bs.replays = std::move(replays);
+    bs.sigma = [&](Accuracy c, const std::string& name) -> std::vector<double> {
+      refs.get(ref_key(c));  // its pass over B's inputs fills noise[c]
+      auto k = noise.find(ref_key(c));
+      if (k == noise.end()) return {};
+      auto it = k->second.find(name);
+      return it == k->second.end() ? std::vector<double>{} : it->second.sigma();
+    };
     const Case as = a.sums();
     DiffReport sr = diff_block(as, b.sums(), refs, block_opt, bs);
     for (StageReport& r : sr.stages) {
