@@ -1,8 +1,8 @@
-// backward.cu — the backward in five kernels, no atomics, every sum in a fixed order:
+// backward.cu — the backward in four kernels, no atomics, every sum in a fixed order:
 //   token_grads   one block per token: dh_pre, the gate gradients, dh_mix, dinv_rms,
 //                 and the per-token terms of dalpha and dbias
-//   dx_kernel     a block per (K tile, kDxTok tokens): dvecX = dh_mix·phi and dx
-//   param_partial a block per (K tile, token split): P = sum_t dh_mix^T x over the split
+//   dx_param      a block per (K tile, token split): dvecX = dh_mix·phi and dx, and
+//                 P = sum_t dh_mix^T x over the split (tensor cores), in one read of x
 //   param_final   per column k: P summed over splits in order; dphi = P*gamma,
 //                 dgamma = sum_j phi[j,k] P[j,k] (= sum_t x * dvecX)
 //   reduce_cols   dalpha and dbias: per-token terms summed by a fixed tree
@@ -14,13 +14,11 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kDxTok = 4 * kWarps;  // tokens per dx block: 4 per warp
-constexpr int kColTile = 256;       // columns of K per dx / param_partial block: 8 per lane
-constexpr int kChunk = 32;          // tokens staged in shared memory per param_partial step
-constexpr int kSplitTok = 128;      // tokens per split at least
+constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
+constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: 2 k-steps
+constexpr int kSplitTok = 128;         // tokens per split at least
 static_assert((kThreads & (kThreads - 1)) == 0, "block_sum halves the block");
-static_assert(kColTile == 2 * 4 * 32, "tile_col: a lane owns 4 columns in each 128-column half");
-static_assert(kDxTok <= kThreads, "dx_kernel: one thread per token loads coef");
+static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole k-steps; one thread per token loads coef");
 
 // Fixed-order tree sum over the block of one value per thread; result valid in thread 0.
 __device__ float block_sum(float v, float* red) {
@@ -88,186 +86,231 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
   }
 }
 
-// Column tiles: a dx or param block covers kColTile columns of K; lane cg (0..31) of a
-// warp owns columns 4cg..4cg+3 and 128+4cg..128+4cg+3 of the tile, so the warp's float4
-// shared-memory reads and its 8-byte global accesses are contiguous.
-__device__ int tile_col(int cg, int c) { return c < 4 ? 4 * cg + c : 128 + 4 * cg + c - 4; }
-
-// 4 consecutive bf16 values as floats, one 8-byte load (src 8-byte aligned).
-__device__ void load4(const __nv_bfloat16* __restrict__ src, float* out) {
-  uint2 raw = *reinterpret_cast<const uint2*>(src);
-  const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
-#pragma unroll
-  for (int q = 0; q < 4; ++q) out[q] = __bfloat162float(h[q]);
+// D (16 x 8, fp32) += A (16 x 16, bf16, row-major) · B (16 x 8, bf16, column-major).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-// dvecX = dh_mix·phi as a (4 tokens x 8 columns) register tile per thread: phi tile [N][256]
-// and dh_mix^T [N][32] in shared memory, then dx, with every token's loads issued up front.
+// The bf16 halves at (lo half of u, lo half of v) or (hi, hi) as one pair: column c of two rows.
+__device__ __forceinline__ uint32_t pair_lo(uint32_t u, uint32_t v) { return __byte_perm(u, v, 0x5410); }
+__device__ __forceinline__ uint32_t pair_hi(uint32_t u, uint32_t v) { return __byte_perm(u, v, 0x7632); }
+__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+// Columns k..k+3 of row r of a [rows, len] bf16 tensor as two words (zeros at or beyond len):
+// one 8-byte load when vec (len % 4 == 0, k % 4 == 0), else element by element.
+__device__ __forceinline__ uint2 load4(const __nv_bfloat16* __restrict__ src, int64_t r, int len, int k, bool vec) {
+  if (vec) return k < len ? *reinterpret_cast<const uint2*>(src + r * len + k) : make_uint2(0, 0);
+  uint32_t w[2] = {0, 0};
+#pragma unroll
+  for (int q = 0; q < 4; ++q)
+    if (k + q < len) w[q / 2] |= uint32_t(__bfloat16_as_ushort(src[r * len + k + q])) << (16 * (q % 2));
+  return make_uint2(w[0], w[1]);
+}
+__device__ __forceinline__ float half_of(uint2 v, int q) {  // element q (0..3) of 4 packed bf16
+  const uint32_t w = q < 2 ? v.x : v.y;
+  return q % 2 ? hi_bf16(w) : lo_bf16(w);
+}
+
+// dx and P = dh_mixᵀ·x in one pass over x: a block per (kColTile columns, token split), walking
+// its split kChunk tokens at a time. Per chunk, every thread stages a share of dh_mix (fp32, as
+// dh_mixᵀ, for dvecX; and split into bf16 planes hi + mid + lo, for P), coef and h_pre (loaded
+// during the previous chunk), issues the chunk's x and dh_in loads, then
+// warp w takes columns 32w..32w+31 of the tile, lane (g, tig) columns 4g..4g+3 of those and, in
+// each 16-token k-step, tokens 4tig..4tig+3:
+//   dvecX = dh_mix·phi on CUDA cores (j in order, as the golden), phi's tile [N][kColTile] held
+//           in shared memory for the whole split; dx = dvecX·gamma − coef·x + h_pre·dh_in;
+//   P     += dh_mixᵀ·x on tensor cores (mma.sync m16n8k16, j as rows, tokens as the reduction,
+//           columns as n: n-tile nt's column g is the lane's column 4g + nt, and logical tokens
+//           {2tig, 2tig+1, 2tig+8, 2tig+9} are the physical 4tig..4tig+3, the same for A and B).
+//           x is exact in bf16 and the planes sum to dh_mix, so the products are exact; each
+//           chunk's mma chain (2 k-steps x 3 planes) starts from zero and is then added to the
+//           split's sum in order.
 template <int n>
-__global__ void __launch_bounds__(kThreads) dx_kernel(BwdParams p) {
-  constexpr int N = n * n + 2 * n;
+__global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p) {
+  constexpr int N = n * n + 2 * n, MJ = ceil_div(N, 16), NP = 16 * MJ;  // j as m16 tiles, padded
+  constexpr int kLd = kChunk + 16;  // row length of the planes in shared memory (bf16): no bank conflicts
   extern __shared__ __align__(16) float dyn[];
-  auto phis = reinterpret_cast<float(*)[kColTile]>(dyn);                // [N][kColTile]
-  auto dhmT = reinterpret_cast<float(*)[kDxTok]>(dyn + N * kColTile);   // [N][kDxTok]
-  __shared__ float coef[kDxTok];
-  __shared__ float hp[kDxTok][n];
-  const __nv_bfloat16* __restrict__ x = p.x;
-  const __nv_bfloat16* __restrict__ dh_in = p.dh_in;
-  __nv_bfloat16* __restrict__ dx = p.dx;
-  float* __restrict__ dvecX = p.dvecX;
-  const int K = n * p.D, D = p.D, cg = threadIdx.x % 32, tg = threadIdx.x / 32;
-  const int kbase = blockIdx.x * kColTile;
-  const int64_t t0 = int64_t(blockIdx.y) * kDxTok;
+  auto phis = reinterpret_cast<float(*)[kColTile]>(dyn);                          // [N][kColTile]
+  auto dhmT = reinterpret_cast<float(*)[kChunk]>(dyn + N * kColTile);             // [N][kChunk]
+  auto planes = reinterpret_cast<__nv_bfloat16(*)[NP][kLd]>(dyn + N * (kColTile + kChunk));  // [3][NP][kLd]
+  __shared__ float coef[kChunk];
+  __shared__ float hp[kChunk][n];
+  const int K = n * p.D, D = p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const int kbase = blockIdx.x * kColTile, c4 = 32 * (threadIdx.x / 32) + 4 * g, k4 = kbase + c4;
+  const int64_t per = ceil_div(p.T, p.splits);
+  const int64_t ta = int64_t(blockIdx.y) * per, tb = min(p.T, ta + per);
+  const bool vec = D % 4 == 0;  // then 4 consecutive columns lie in one stream, 8-byte aligned
   for (int e = threadIdx.x; e < N * kColTile; e += kThreads) {
     int j = e / kColTile, c = e % kColTile;
     phis[j][c] = kbase + c < K ? p.phi[int64_t(j) * K + kbase + c] : 0.0f;
   }
-  for (int e = threadIdx.x; e < kDxTok * N; e += kThreads) {
-    int64_t t = t0 + e / N;
-    dhmT[e % N][e / N] = t < p.T ? p.dh_mix[t * N + e % N] : 0.0f;
-  }
-  for (int e = threadIdx.x; e < kDxTok * n; e += kThreads) {
-    int64_t t = t0 + e / n;
-    hp[e / n][e % n] = t < p.T ? p.h_pre[t * n + e % n] : 0.0f;
-  }
-  if (threadIdx.x < kDxTok) {
-    int64_t t = t0 + threadIdx.x;
-    float ir = t < p.T ? p.inv_rms[t] : 0.0f;
-    coef[threadIdx.x] = t < p.T ? p.dinv_rms[t] * ir * ir * ir / float(K) : 0.0f;
-  }
-  __syncthreads();
+  float gam[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) gam[q] = k4 + q < K ? p.gamma[k4 + q] : 0.0f;
 
-  float acc[4][8];
+  float acc[MJ][4][4];  // P for j tile mj, n-tile nt (the split's sum)
 #pragma unroll
-  for (int r = 0; r < 4; ++r)
+  for (int mj = 0; mj < MJ; ++mj)
 #pragma unroll
-    for (int c = 0; c < 8; ++c) acc[r][c] = 0.0f;
-  for (int j = 0; j < N; ++j) {  // j in order, as the golden's dot product
-    float4 d = *reinterpret_cast<const float4*>(&dhmT[j][4 * tg]);
-    float4 pa = *reinterpret_cast<const float4*>(&phis[j][4 * cg]);
-    float4 pb = *reinterpret_cast<const float4*>(&phis[j][128 + 4 * cg]);
-    const float dr[4] = {d.x, d.y, d.z, d.w}, pc[8] = {pa.x, pa.y, pa.z, pa.w, pb.x, pb.y, pb.z, pb.w};
+    for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-    for (int r = 0; r < 4; ++r)
-#pragma unroll
-      for (int c = 0; c < 8; ++c) acc[r][c] = fmaf(dr[r], pc[c], acc[r][c]);
-  }
+      for (int i = 0; i < 4; ++i) acc[mj][nt][i] = 0.0f;
 
-  float gam[8];
+  // The next chunk's share of dh_mix, h_pre, inv_rms and dinv_rms is loaded into registers
+  // while this chunk is computed, then staged.
+  constexpr int kSQ = ceil_div(kChunk * NP, kThreads), kHQ = ceil_div(kChunk * n, kThreads);
+  struct Staged {
+    float dhm[kSQ], hp[kHQ], ir, dinv;
+  } nx;
+  auto fetch = [&](int64_t c0) {
 #pragma unroll
-  for (int c = 0; c < 8; ++c) {
-    int k = kbase + tile_col(cg, c);
-    gam[c] = k < K ? p.gamma[k] : 0.0f;
-  }
-  const bool vec = D % 4 == 0;  // 4 consecutive columns stay in one stream, 8-byte aligned
+    for (int q = 0; q < kSQ; ++q) {
+      const int e = threadIdx.x + q * kThreads, tt = e / NP, j = e % NP;
+      nx.dhm[q] = e < kChunk * NP && c0 + tt < tb && j < N ? p.dh_mix[(c0 + tt) * N + j] : 0.0f;
+    }
 #pragma unroll
-  for (int r = 0; r < 4; ++r) {
-    const int tt = 4 * tg + r;
-    const int64_t t = t0 + tt;
-    if (t >= p.T) break;
+    for (int q = 0; q < kHQ; ++q) {
+      const int e = threadIdx.x + q * kThreads;
+      nx.hp[q] = e < kChunk * n && c0 + e / n < tb ? p.h_pre[(c0 + e / n) * n + e % n] : 0.0f;
+    }
+    const bool tok = threadIdx.x < kChunk && c0 + threadIdx.x < tb;
+    nx.ir = tok ? p.inv_rms[c0 + threadIdx.x] : 0.0f;
+    nx.dinv = tok ? p.dinv_rms[c0 + threadIdx.x] : 0.0f;
+  };
+  fetch(ta);
+  for (int64_t c0 = ta; c0 < tb; c0 += kChunk) {
+    __syncthreads();  // the previous chunk is done with the shared tiles
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int k4 = kbase + 128 * h + 4 * cg;
-      float* a = &acc[r][4 * h];
-      if (vec) {
-        if (k4 >= K) continue;
-        const int i = k4 / D, d = k4 % D;
-        float xv[4], gv[4];
-        load4(x + t * K + k4, xv);
-        load4(dh_in + t * D + d, gv);
-        __align__(8) __nv_bfloat16 o[4];
+    for (int q = 0; q < kSQ; ++q) {
+      const int e = threadIdx.x + q * kThreads, tt = e / NP, j = e % NP;
+      if (e >= kChunk * NP) break;
+      float v = nx.dhm[q];
+      if (j < N) dhmT[j][tt] = v;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) o[q] = __float2bfloat16_rn(a[q] * gam[4 * h + q] - coef[tt] * xv[q] + hp[tt][i] * gv[q]);
-        *reinterpret_cast<uint2*>(dx + t * K + k4) = *reinterpret_cast<const uint2*>(o);
-        if (dvecX) *reinterpret_cast<float4*>(dvecX + t * K + k4) = make_float4(a[0], a[1], a[2], a[3]);
-      } else {
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const int k = k4 + q;
-          if (k >= K) break;
-          const int i = k / D, d = k % D;
-          float v = __bfloat162float(x[t * K + k]), gi = __bfloat162float(dh_in[t * D + d]);
-          dx[t * K + k] = __float2bfloat16_rn(a[q] * gam[4 * h + q] - coef[tt] * v + hp[tt][i] * gi);
-          if (dvecX) dvecX[t * K + k] = a[q];
-        }
+      for (int pl = 0; pl < 3; ++pl) {
+        __nv_bfloat16 h = __float2bfloat16_rn(v);
+        planes[pl][j][tt] = h;
+        v -= __bfloat162float(h);  // exact
       }
     }
-  }
-}
-
-// P[j,k] = sum over the block's token split of dh_mix[t,j] x[t,k]: an (RJ outputs x 8
-// columns) register tile per thread, x staged as float in shared memory kChunk tokens at
-// a time; a chunk's partial sums are added to the total (error grows with chunks).
-template <int n>
-__global__ void __launch_bounds__(kThreads) param_partial(BwdParams p) {
-  constexpr int N = n * n + 2 * n, RJ = ceil_div(N, kWarps);  // outputs per thread: jg, jg+8, ... (jg: the warp)
-  __shared__ __align__(16) float xs[kChunk][kColTile];
-  __shared__ float dhm[kChunk][N];
-  const __nv_bfloat16* __restrict__ x = p.x;
-  const int K = n * p.D, cg = threadIdx.x % 32, jg = threadIdx.x / 32;
-  const int kbase = blockIdx.x * kColTile;
-  const int64_t per = ceil_div(p.T, p.splits);
-  const int64_t ta = int64_t(blockIdx.y) * per, tb = min(p.T, ta + per);
-  float acc[RJ][8];
 #pragma unroll
-  for (int s = 0; s < RJ; ++s)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) acc[s][c] = 0.0f;
-  for (int64_t c0 = ta; c0 < tb; c0 += kChunk) {
-    const int rows = tb - c0 < kChunk ? int(tb - c0) : kChunk;
+    for (int q = 0; q < kHQ; ++q) {
+      const int e = threadIdx.x + q * kThreads;
+      if (e < kChunk * n) hp[e / n][e % n] = nx.hp[q];
+    }
+    if (threadIdx.x < kChunk) coef[threadIdx.x] = nx.dinv * nx.ir * nx.ir * nx.ir / float(K);
     __syncthreads();
-    for (int e = threadIdx.x; e < rows * N; e += kThreads) dhm[e / N][e % N] = p.dh_mix[(c0 + e / N) * N + e % N];
-    if (K % 8 == 0) {
-      for (int e = threadIdx.x; e < rows * (kColTile / 8); e += kThreads) {
-        const int tt = e / (kColTile / 8), c8 = (e % (kColTile / 8)) * 8, k = kbase + c8;
-        if (k < K) {
-          uint4 raw = *reinterpret_cast<const uint4*>(x + (c0 + tt) * K + k);
-          const __nv_bfloat16* hv = reinterpret_cast<const __nv_bfloat16*>(&raw);
+    if (c0 + kChunk < tb) fetch(c0 + kChunk);
+    // this chunk's x and dh_in, every load issued before the math
+    uint2 xv[kChunk / 16][4], gv[kChunk / 16][4];
 #pragma unroll
-          for (int q = 0; q < 8; ++q) xs[tt][c8 + q] = __bfloat162float(hv[q]);
+    for (int s = 0; s < kChunk / 16; ++s)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int64_t t = c0 + 16 * s + 4 * tig + r;
+        xv[s][r] = t < tb ? load4(p.x, t, K, k4, K % 4 == 0) : make_uint2(0, 0);
+        gv[s][r] = t < tb && vec ? load4(p.dh_in, t, D, k4 % D, true) : make_uint2(0, 0);
+      }
+
+    float cc[MJ][4][4];
+#pragma unroll
+    for (int mj = 0; mj < MJ; ++mj)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cc[mj][nt][i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kChunk / 16; ++s) {
+      const int tt0 = 16 * s + 4 * tig;  // the lane's first token in the chunk
+      // dvecX for 4 tokens x 4 columns, j in order
+      float dv[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) dv[r][q] = 0.0f;
+#pragma unroll 4
+      for (int j = 0; j < N; ++j) {
+        const float4 d = *reinterpret_cast<const float4*>(&dhmT[j][tt0]);
+        const float4 ph = *reinterpret_cast<const float4*>(&phis[j][c4]);
+        const float dr[4] = {d.x, d.y, d.z, d.w}, pc[4] = {ph.x, ph.y, ph.z, ph.w};
+#pragma unroll
+        for (int r = 0; r < 4; ++r)
+#pragma unroll
+          for (int q = 0; q < 4; ++q) dv[r][q] = fmaf(dr[r], pc[q], dv[r][q]);
+      }
+      // dx (and dvecX when it is dumped)
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const int tt = tt0 + r;
+        const int64_t t = c0 + tt;
+        if (t >= tb || k4 >= K) continue;
+        float o[4];
+        if (vec) {
+          const int i = k4 / D;
+#pragma unroll
+          for (int q = 0; q < 4; ++q)
+            o[q] = dv[r][q] * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][i] * half_of(gv[s][r], q);
+          __align__(8) __nv_bfloat16 b[4];
+#pragma unroll
+          for (int q = 0; q < 4; ++q) b[q] = __float2bfloat16_rn(o[q]);
+          *reinterpret_cast<uint2*>(p.dx + t * K + k4) = *reinterpret_cast<const uint2*>(b);
+          if (p.dvecX) *reinterpret_cast<float4*>(p.dvecX + t * K + k4) = make_float4(dv[r][0], dv[r][1], dv[r][2], dv[r][3]);
         } else {
 #pragma unroll
-          for (int q = 0; q < 8; ++q) xs[tt][c8 + q] = 0.0f;
+          for (int q = 0; q < 4; ++q) {
+            const int k = k4 + q;
+            if (k >= K) break;
+            const float gi = __bfloat162float(p.dh_in[t * D + k % D]);
+            p.dx[t * K + k] = __float2bfloat16_rn(dv[r][q] * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][k / D] * gi);
+            if (p.dvecX) p.dvecX[t * K + k] = dv[r][q];
+          }
         }
       }
-    } else {
-      for (int e = threadIdx.x; e < rows * kColTile; e += kThreads) {
-        const int tt = e / kColTile, c = e % kColTile, k = kbase + c;
-        xs[tt][c] = k < K ? __bfloat162float(x[(c0 + tt) * K + k]) : 0.0f;
+      // P: B fragments from the x rows (tokens 4tig, +1 | +2, +3), A fragments from the planes
+      uint32_t bf[4][2];
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt) {
+        const uint32_t u0 = nt < 2 ? xv[s][0].x : xv[s][0].y, u1 = nt < 2 ? xv[s][1].x : xv[s][1].y;
+        const uint32_t u2 = nt < 2 ? xv[s][2].x : xv[s][2].y, u3 = nt < 2 ? xv[s][3].x : xv[s][3].y;
+        bf[nt][0] = nt % 2 ? pair_hi(u0, u1) : pair_lo(u0, u1);
+        bf[nt][1] = nt % 2 ? pair_hi(u2, u3) : pair_lo(u2, u3);
       }
-    }
-    __syncthreads();
-    float part[RJ][8];
 #pragma unroll
-    for (int s = 0; s < RJ; ++s)
+      for (int mj = 0; mj < MJ; ++mj)
 #pragma unroll
-      for (int c = 0; c < 8; ++c) part[s][c] = 0.0f;
-    for (int r = 0; r < rows; ++r) {
-      float4 xa = *reinterpret_cast<const float4*>(&xs[r][4 * cg]);
-      float4 xb = *reinterpret_cast<const float4*>(&xs[r][128 + 4 * cg]);
-      const float xv[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+        for (int q = 2; q >= 0; --q) {  // lo, mid, hi
+          const uint2 a01 = *reinterpret_cast<const uint2*>(&planes[q][16 * mj + g][tt0]);
+          const uint2 a23 = *reinterpret_cast<const uint2*>(&planes[q][16 * mj + 8 + g][tt0]);
 #pragma unroll
-      for (int s = 0; s < RJ; ++s) {
-        const float d = dhm[r][min(jg + kWarps * s, N - 1)];
-#pragma unroll
-        for (int c = 0; c < 8; ++c) part[s][c] = fmaf(d, xv[c], part[s][c]);
-      }
+          for (int nt = 0; nt < 4; ++nt) mma_bf16(cc[mj][nt], a01.x, a23.x, a01.y, a23.y, bf[nt][0], bf[nt][1]);
+        }
     }
 #pragma unroll
-    for (int s = 0; s < RJ; ++s)
+    for (int mj = 0; mj < MJ; ++mj)
 #pragma unroll
-      for (int c = 0; c < 8; ++c) acc[s][c] += part[s][c];
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mj][nt][i] += cc[mj][nt][i];
   }
+  // C fragment (row j = 16 mj + g (+8), n-index 2tig + i of n-tile nt) is column 4 (2tig + i) + nt
 #pragma unroll
-  for (int s = 0; s < RJ; ++s) {
-    const int j = jg + kWarps * s;
-    if (j >= N) break;
+  for (int mj = 0; mj < MJ; ++mj)
 #pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int k = kbase + tile_col(cg, c);
-      if (k < K) p.partial[(int64_t(blockIdx.y) * N + j) * K + k] = acc[s][c];
+    for (int h = 0; h < 2; ++h) {
+      const int j = 16 * mj + 8 * h + g;
+      if (j >= N) continue;
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int k = kbase + 32 * (threadIdx.x / 32) + 4 * (2 * tig + i) + nt;
+          if (k < K) p.partial[(int64_t(blockIdx.y) * N + j) * K + k] = acc[mj][nt][2 * h + i];
+        }
     }
-  }
 }
 
 // Per column k: P[j,k] summed over the splits in order, then dphi and dgamma. The N sums of
@@ -310,13 +353,12 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
   const unsigned ktiles = unsigned(ceil_div(K, kThreads)), ctiles = unsigned(ceil_div(K, kColTile));
-  const size_t dx_smem = size_t(N) * (kColTile + kDxTok) * sizeof(float);  // up to 92 KB at n = 8
-  CUDA_CHECK(cudaFuncSetAttribute(dx_kernel<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dx_smem)));
+  constexpr int NP = 16 * ceil_div(N, 16);
+  const size_t smem = size_t(N) * (kColTile + kChunk) * sizeof(float) + 3 * NP * (kChunk + 16) * 2;  // 104 KB at n = 8
+  CUDA_CHECK(cudaFuncSetAttribute(dx_param<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
-  dx_kernel<n><<<dim3(ctiles, unsigned(ceil_div(p.T, kDxTok))), kThreads, dx_smem, s>>>(p);
-  CUDA_CHECK(cudaGetLastError());
-  param_partial<n><<<dim3(ctiles, unsigned(p.splits)), kThreads, 0, s>>>(p);
+  dx_param<n><<<dim3(ctiles, unsigned(p.splits)), kThreads, smem, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   param_final<n><<<ktiles, kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());

@@ -115,12 +115,14 @@ __device__ __forceinline__ void load_row(const __nv_bfloat16* __restrict__ x, in
 
 // Block b: token tile b % tiles, K slice b / tiles (blockDim.x / 32 warps, Plan::warps). Warp w
 // owns kMT m16 tiles of tokens; lane (g = lane / 4, tig = lane % 4) holds rows g and g + 8 of
-// each. Registers: two blocks per SM up to n = 4 (128 a thread), one beyond. (Staging x
-// through a per-lane cp.async ring in shared memory instead was slower: device run s4-2.)
+// each; up to n = 6 the next chunk's x is loaded while this one is computed. No register cap: at n = 4
+// two m16 tiles, prefetching, one block per SM was faster than one tile or a 128-register
+// cap for two blocks (device run s4-4); staging x through a per-lane cp.async ring in shared
+// memory was slower still (s4-2: it takes the L1 that the planes are read through).
 // part [slices,T,N]: h_mix over each slice; part_ss [slices,T,kSsParts]: sums of squares of x
 // over each slice, one per lane of the token's quad.
 template <int n>
-__global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) mix_partial(FwdParams p, const __nv_bfloat16* __restrict__ planes,
+__global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __nv_bfloat16* __restrict__ planes,
                                                         int64_t Kp, int slice_chunks, float* part, float* part_ss) {
   constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N);
   const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
@@ -142,13 +144,25 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) mix_partial(FwdParam
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[m][nt][i] = 0.0f;
   }
-  for (int c = c_beg; c < c_end; ++c) {
-    const int k = c * kChunk + 16 * tig;
-    uint4 xr[kMT][2][2];  // [m tile][row g, g + 8][16-byte half]
+  // x of the next chunk is loaded while this one is computed (up to n = 6)
+  uint4 next[kMT][2][2];  // [m tile][row g, g + 8][16-byte half]
+  auto load = [&](int c) {
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) load_row(p.x, p.T, K, vec, tw + 16 * m + 8 * r + g, k, xr[m][r]);
+      for (int r = 0; r < 2; ++r) load_row(p.x, p.T, K, vec, tw + 16 * m + 8 * r + g, c * kChunk + 16 * tig, next[m][r]);
+  };
+  constexpr bool kPrefetch = N <= 48;  // beyond, the registers spill
+  load(c_beg);
+  for (int c = c_beg; c < c_end; ++c) {
+    if (!kPrefetch && c > c_beg) load(c);
+    const int k = c * kChunk + 16 * tig;
+    uint4 xr[kMT][2][2];
+#pragma unroll
+    for (int m = 0; m < kMT; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) xr[m][r][0] = next[m][r][0], xr[m][r][1] = next[m][r][1];
+    if (kPrefetch && c + 1 < c_end) load(c + 1);
     // sums of squares: each lane its 16 columns of each of its rows, one chain per chunk
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
