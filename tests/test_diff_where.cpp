@@ -95,6 +95,30 @@ TEST_SUITE("diff") {
     CHECK(up.reason.find("ties not to even") != std::string::npos);
   }
 
+  TEST_CASE("rounding: a few flips just past a tie are the kernel's arithmetic; many are double rounding") {
+    // n values just below a tie (0.48 ulp above a bf16 value b): nearest-even gives b; a flip to
+    // the next value lies 0.02 ulp beyond the tie, more than tau = 0.001 explains
+    auto check = [](int64_t n, int64_t flips) {
+      Tensor exact({n}, DType::f64), fp32({n}, DType::f32), a({n}, DType::bf16);
+      for (int64_t i = 0; i < n; ++i) {
+        exact.data<double>()[i] = 1.0 + double(i % 128) * 0x1p-7 + 0.48 * 0x1p-7;
+        fp32.data<float>()[i] = float(exact.at(i));
+        a.data<bf16>()[i] = double_to_bf16(exact.at(i));
+        if (flips && i % (n / flips) == 0 && i / (n / flips) < flips) a.data<bf16>()[i].bits += 1;
+      }
+      std::vector<uint8_t> bad;
+      Rounding r = check_rounding(a, exact, fp32, 0.001, bad);
+      CHECK(r.unexplained == flips);
+      return r.reason;
+    };
+    CHECK(check(4096, 1).empty());  // at most 3, or 1 in 1000: isolated
+    CHECK(check(4096, 3).empty());
+    CHECK(check(4096, 4).empty());
+    CHECK(check(256, 1).empty());  // a block of 256 tokens with one
+    CHECK(check(4096, 64).find("double rounding") != std::string::npos);
+    CHECK(check(256, 8).find("double rounding") != std::string::npos);
+  }
+
   TEST_CASE("where: an error in later tokens only, downstream consistent with it") {
     Case ref = test::golden(parse_shape("512,4,128"), 32), bad = ref;
     for (int64_t t = 256; t < 512; ++t)
