@@ -19,7 +19,7 @@ Backend cuda_backend() {
   Backend b;
   b.name = "cuda";
   b.usage = "cuda";
-  b.what = "every stage on an NVIDIA GPU: fp32 arithmetic, deterministic";
+  b.what = "every stage on an NVIDIA GPU: fp32 accuracy (tensor cores on exact bf16 splits), deterministic";
   b.precisions = {Precision::fp32};
   b.unavailable = []() -> std::string {
     if (!cuda_built()) return "this mhc was built without CUDA (see mhc --version)";
