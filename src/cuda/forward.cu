@@ -33,6 +33,7 @@ constexpr int kChunk = 64;                     // K per chunk: 4 mma k-steps of 
 constexpr int kSsParts = 4;                    // the 4 lanes of a quad each sum their columns' squares
 constexpr int kFlush = 16;                     // chunks summed before they join the total
 constexpr int kFinTok = 4;                     // tokens per mix_finish block
+constexpr int kGB = 16;                        // groups of slices summed at once by mix_finish
 constexpr int kPlanes = 3;                     // hi, mid, lo
 static_assert(kChunk == 4 * 16 && kChunk / kSsParts == 16, "a lane holds 16 columns of a chunk: two 16-byte loads");
 static_assert(kThreads % 32 == 0 && kFinTok <= kThreads, "whole warps");
@@ -232,27 +233,42 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_ch
   constexpr int N = n * n + 2 * n;
   __shared__ float hm[kFinTok][N];
   __shared__ float ssq[kFinTok][kSsParts];
+  __shared__ float gsum[kFinTok][N + kSsParts][kGB];  // 21 KB at n = 8
   __shared__ float inv[kFinTok];
   __shared__ float hp[kFinTok][n];
   const int K = n * p.D, tid = threadIdx.x;
   const int64_t t0 = int64_t(blockIdx.x) * kFinTok;
 
-  // Each (token, output) over the slices: a group's tiles chain, then groups join the total.
+  // Each (token, output) over the slices: a group's slices chain, then the groups join the
+  // total in order. The groups' chains run in parallel (kGB at a time, over the block's
+  // threads), the total is one thread's: the same sums in the same order as one walk.
+  const int per_group = kFlush / slice_chunks, groups = int(ceil_div(slices, per_group));
   for (int e = tid; e < kFinTok * (N + kSsParts); e += kThreads) {
     const int tb = e / (N + kSsParts), c = e % (N + kSsParts);
-    const int64_t t = t0 + tb;
-    if (t >= p.T) continue;
-    const float* src = c < N ? part + t * N + c : part_ss + t * kSsParts + (c - N);
-    const int64_t stride = p.T * (c < N ? N : kSsParts);
-    float acc = 0.0f, grp = 0.0f;
-#pragma unroll 8
-    for (int s = 0; s < slices; ++s) {
-      grp += src[s * stride];
-      if ((s + 1) * slice_chunks % kFlush == 0 || s == slices - 1) acc += grp, grp = 0.0f;
-    }
-    (c < N ? hm[tb][c] : ssq[tb][c - N]) = acc;
+    (c < N ? hm[tb][c] : ssq[tb][c - N]) = 0.0f;
   }
-  __syncthreads();
+  for (int gb = 0; gb < groups; gb += kGB) {
+    for (int e = tid; e < kFinTok * (N + kSsParts) * kGB; e += kThreads) {
+      const int q = e % kGB, c = e / kGB % (N + kSsParts), tb = e / kGB / (N + kSsParts);
+      const int64_t t = t0 + tb;
+      if (t >= p.T || gb + q >= groups) continue;
+      const float* src = c < N ? part + t * N + c : part_ss + t * kSsParts + (c - N);
+      const int64_t stride = p.T * (c < N ? N : kSsParts);
+      const int s0 = (gb + q) * per_group, s1 = min(slices, s0 + per_group);
+      float grp = 0.0f;
+#pragma unroll 16
+      for (int s = s0; s < s1; ++s) grp += src[s * stride];
+      gsum[tb][c][q] = grp;
+    }
+    __syncthreads();
+    for (int e = tid; e < kFinTok * (N + kSsParts); e += kThreads) {
+      const int tb = e / (N + kSsParts), c = e % (N + kSsParts);
+      if (t0 + tb >= p.T) continue;
+      float& acc = c < N ? hm[tb][c] : ssq[tb][c - N];
+      for (int q = 0; q < min(kGB, groups - gb); ++q) acc += gsum[tb][c][q];
+    }
+    __syncthreads();
+  }
   if (tid < kFinTok && t0 + tid < p.T) {
     float s = 0.0f;
     for (int q = 0; q < kSsParts; ++q) s += ssq[tid][q];
