@@ -23,7 +23,7 @@ struct FwdParams {
   float* h_post;           // [T,n]
   float* h_res;            // [T,n,n]
   __nv_bfloat16* h_in;     // [T,D]
-  float* scratch;          // forward_scratch_floats(T, n, D): partial sums over K slices
+  float* scratch;          // forward_scratch_floats(T, n, D): phi*gamma as bf16 planes, partial sums over K slices
   int64_t T;
   int n, D;
   float norm_eps, hc_eps;
@@ -58,7 +58,8 @@ struct BwdParams {
   float hc_eps;
 };
 
-// Floats of FwdParams::scratch for a shape: the forward's partial sums over its K slices.
+// Floats of FwdParams::scratch for a shape: the bf16 planes of phi*gamma and the forward's
+// partial sums over its K slices.
 int64_t forward_scratch_floats(int64_t T, int n, int D);
 
 // Number of token splits of the dphi/dgamma reduction: a function of the shape only,
