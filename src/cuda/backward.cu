@@ -6,6 +6,7 @@
 //   param_final   per column k: P summed over splits in order; dphi = P*gamma,
 //                 dgamma = sum_j phi[j,k] P[j,k] (= sum_t x * dvecX)
 //   reduce_cols   dalpha and dbias: per-token terms summed by a fixed tree
+#include "bf16_split.cuh"
 #include "cuda_check.h"
 #include "kernels.h"
 
@@ -86,19 +87,9 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
   }
 }
 
-// D (16 x 8, fp32) += A (16 x 16, bf16, row-major) · B (16 x 8, bf16, column-major).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // The bf16 halves at (lo half of u, lo half of v) or (hi, hi) as one pair: column c of two rows.
 __device__ __forceinline__ uint32_t pair_lo(uint32_t u, uint32_t v) { return __byte_perm(u, v, 0x5410); }
 __device__ __forceinline__ uint32_t pair_hi(uint32_t u, uint32_t v) { return __byte_perm(u, v, 0x7632); }
-__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
 // Columns k..k+3 of row r of a [rows, len] bf16 tensor as two words (zeros at or beyond len):
 // one 8-byte load when vec (len % 4 == 0, k % 4 == 0), else element by element.
@@ -138,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   extern __shared__ __align__(16) float dyn[];
   auto phis = reinterpret_cast<float(*)[kColTile]>(dyn);                          // [N][kColTile]
   auto dhmT = reinterpret_cast<float(*)[kChunk]>(dyn + N * kColTile);             // [N][kChunk]
-  auto planes = reinterpret_cast<__nv_bfloat16(*)[NP][kLd]>(dyn + N * (kColTile + kChunk));  // [3][NP][kLd]
+  auto planes = reinterpret_cast<__nv_bfloat16(*)[NP][kLd]>(dyn + N * (kColTile + kChunk));  // [kPlanes][NP][kLd]
   __shared__ float coef[kChunk];
   __shared__ float hp[kChunk][n];
   const int K = n * p.D, D = p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
@@ -190,14 +181,10 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     for (int q = 0; q < kSQ; ++q) {
       const int e = threadIdx.x + q * kThreads, tt = e / NP, j = e % NP;
       if (e >= kChunk * NP) break;
-      float v = nx.dhm[q];
-      if (j < N) dhmT[j][tt] = v;
+      if (j < N) dhmT[j][tt] = nx.dhm[q];
+      const Planes s(nx.dhm[q]);
 #pragma unroll
-      for (int pl = 0; pl < 3; ++pl) {
-        __nv_bfloat16 h = __float2bfloat16_rn(v);
-        planes[pl][j][tt] = h;
-        v -= __bfloat162float(h);  // exact
-      }
+      for (int pl = 0; pl < kPlanes; ++pl) planes[pl][j][tt] = s.p[pl];
     }
 #pragma unroll
     for (int q = 0; q < kHQ; ++q) {
@@ -284,7 +271,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
 #pragma unroll
       for (int mj = 0; mj < MJ; ++mj)
 #pragma unroll
-        for (int q = 2; q >= 0; --q) {  // lo, mid, hi
+        for (int q = kPlanes - 1; q >= 0; --q) {  // lo, mid, hi
           const uint2 a01 = *reinterpret_cast<const uint2*>(&planes[q][16 * mj + g][tt0]);
           const uint2 a23 = *reinterpret_cast<const uint2*>(&planes[q][16 * mj + 8 + g][tt0]);
 #pragma unroll
@@ -356,7 +343,7 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   const int K = n * p.D;
   const unsigned ktiles = unsigned(ceil_div(K, kThreads)), ctiles = unsigned(ceil_div(K, kColTile));
   constexpr int NP = 16 * ceil_div(N, 16);
-  const size_t smem = size_t(N) * (kColTile + kChunk) * sizeof(float) + 3 * NP * (kChunk + 16) * 2;  // 104 KB at n = 8
+  const size_t smem = size_t(N) * (kColTile + kChunk) * sizeof(float) + kPlanes * NP * (kChunk + 16) * 2;  // 104 KB at n = 8
   CUDA_CHECK(cudaFuncSetAttribute(dx_param<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());

@@ -21,6 +21,7 @@
 // of a row are contiguous, two 16-byte loads.
 #include <cstdint>
 
+#include "bf16_split.cuh"
 #include "cuda_check.h"
 #include "kernels.h"
 
@@ -34,7 +35,6 @@ constexpr int kSsParts = 4;                    // the 4 lanes of a quad each sum
 constexpr int kFlush = 16;                     // chunks summed before they join the total
 constexpr int kFinTok = 4;                     // tokens per mix_finish block
 constexpr int kGB = 16;                        // groups of slices summed at once by mix_finish
-constexpr int kPlanes = 3;                     // hi, mid, lo
 static_assert(kChunk == 4 * 16 && kChunk / kSsParts == 16, "a lane holds 16 columns of a chunk: two 16-byte loads");
 static_assert(kThreads % 32 == 0 && kFinTok <= kThreads, "whole warps");
 
@@ -73,25 +73,13 @@ __global__ void __launch_bounds__(kThreads) split_pg(const float* pg, int N, int
   const int64_t k = e % Kp;
   float v = j < N && k < K ? pg[j * int64_t(K) + k] : 0.0f;
   const int64_t plane = rows * Kp;
+  const Planes s(v);
 #pragma unroll
-  for (int q = 0; q < kPlanes; ++q) {
-    __nv_bfloat16 b = __float2bfloat16_rn(v);
-    planes[q * plane + e] = b;
-    v -= __bfloat162float(b);  // exact: b holds v's leading bits
-  }
-}
-
-// D (16 x 8, fp32) += A (16 x 16, bf16, row-major) · B (16 x 8, bf16, column-major).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  for (int q = 0; q < kPlanes; ++q) planes[q * plane + e] = s.p[q];
 }
 
 // 32-bit word i (0..3) of a 16-byte vector; i a compile-time constant after unrolling.
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
 
 // A lane's 16 columns k..k+15 of token row t (zeros beyond T or K): two 16-byte loads when
 // K % 8 == 0 (then a run of 8 is all in or all out), else element by element.
@@ -199,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
           const uint32_t a[4] = {word(xr[m][0][h], w0), word(xr[m][1][h], w0), word(xr[m][0][h], w0 + 1),
                                  word(xr[m][1][h], w0 + 1)};
 #pragma unroll
-          for (int q = kPlanes - 1; q >= 0; --q) mma_bf16(cc[m], a, word(br[q][h], w0), word(br[q][h], w0 + 1));
+          for (int q = kPlanes - 1; q >= 0; --q) mma_bf16(cc[m], a[0], a[1], a[2], a[3], word(br[q][h], w0), word(br[q][h], w0 + 1));
         }
       }
 #pragma unroll

@@ -1,0 +1,38 @@
+// bf16_split.cuh — fp32 operands on bf16 tensor cores: a float as bf16 planes hi + mid + lo
+// (8 significand bits each, together fp32's 24), the m16n8k16 mma they feed, and the bf16
+// halves of packed 32-bit words. Used by forward.cu (x · phi*gamma) and backward.cu (dh_mixᵀ · x).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace mhc::cuda {
+
+constexpr int kPlanes = 3;  // hi, mid, lo
+
+// Plane q of v: plane(v, q) for q = 0, 1, 2 are the nearest bf16 to what the earlier planes
+// left of v; their sum is v (each subtraction is exact: a plane holds the leading bits).
+struct Planes {
+  __nv_bfloat16 p[kPlanes];
+  __device__ __forceinline__ explicit Planes(float v) {
+#pragma unroll
+    for (int q = 0; q < kPlanes; ++q) {
+      p[q] = __float2bfloat16_rn(v);
+      v -= __bfloat162float(p[q]);
+    }
+  }
+};
+
+// D (16 x 8, fp32) += A (16 x 16, bf16, row-major) · B (16 x 8, bf16, column-major).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// The bf16 in the low or high half of a 32-bit word, as a float.
+__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+
+}  // namespace mhc::cuda
