@@ -228,14 +228,23 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_ch
   const int64_t t0 = int64_t(blockIdx.x) * kFinTok;
 
   // Each (token, output) over the slices: a group's slices chain, then the groups join the
-  // total in order. The groups' chains run in parallel (kGB at a time, over the block's
-  // threads), the total is one thread's: the same sums in the same order as one walk.
+  // total in order. Where a slice is a whole group (large T) that is one walk per output;
+  // where a group has several one-chunk slices (small T) the groups' chains run in parallel
+  // (kGB at a time, over the block's threads) and one thread adds them: the same sums in the
+  // same order either way.
   const int per_group = kFlush / slice_chunks, groups = int(ceil_div(slices, per_group));
   for (int e = tid; e < kFinTok * (N + kSsParts); e += kThreads) {
     const int tb = e / (N + kSsParts), c = e % (N + kSsParts);
-    (c < N ? hm[tb][c] : ssq[tb][c - N]) = 0.0f;
+    float& acc = c < N ? hm[tb][c] : ssq[tb][c - N];
+    acc = 0.0f;
+    if (per_group > 1 || t0 + tb >= p.T) continue;
+    const float* src = c < N ? part + (t0 + tb) * N + c : part_ss + (t0 + tb) * kSsParts + (c - N);
+    const int64_t stride = p.T * (c < N ? N : kSsParts);
+#pragma unroll 8
+    for (int s = 0; s < slices; ++s) acc += src[s * stride];
   }
-  for (int gb = 0; gb < groups; gb += kGB) {
+  for (int gb = 0; per_group > 1 && gb < groups; gb += kGB) {
+    __syncthreads();  // gsum is free again
     for (int e = tid; e < kFinTok * (N + kSsParts) * kGB; e += kThreads) {
       const int q = e % kGB, c = e / kGB % (N + kSsParts), tb = e / kGB / (N + kSsParts);
       const int64_t t = t0 + tb;
@@ -255,8 +264,8 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_ch
       float& acc = c < N ? hm[tb][c] : ssq[tb][c - N];
       for (int q = 0; q < min(kGB, groups - gb); ++q) acc += gsum[tb][c][q];
     }
-    __syncthreads();
   }
+  __syncthreads();
   if (tid < kFinTok && t0 + tid < p.T) {
     float s = 0.0f;
     for (int q = 0; q < kSsParts; ++q) s += ssq[tid][q];
