@@ -154,7 +154,8 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       for (int i = 0; i < 4; ++i) acc[mj][nt][i] = 0.0f;
 
   // The next chunk's share of dh_mix, h_pre, inv_rms and dinv_rms is loaded into registers
-  // while this chunk is computed, then staged.
+  // while this chunk is computed, then staged. Element e of dh_mix is (token e % kChunk, j e / kChunk):
+  // a warp stores 32 tokens of one j, consecutive in dhmT and the planes (no bank conflicts).
   constexpr int kSQ = ceil_div(kChunk * NP, kThreads), kHQ = ceil_div(kChunk * n, kThreads);
   struct Staged {
     float dhm[kSQ], hp[kHQ], ir, dinv;
@@ -162,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   auto fetch = [&](int64_t c0) {
 #pragma unroll
     for (int q = 0; q < kSQ; ++q) {
-      const int e = threadIdx.x + q * kThreads, tt = e / NP, j = e % NP;
+      const int e = threadIdx.x + q * kThreads, tt = e % kChunk, j = e / kChunk;
       nx.dhm[q] = e < kChunk * NP && c0 + tt < tb && j < N ? p.dh_mix[(c0 + tt) * N + j] : 0.0f;
     }
 #pragma unroll
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     __syncthreads();  // the previous chunk is done with the shared tiles
 #pragma unroll
     for (int q = 0; q < kSQ; ++q) {
-      const int e = threadIdx.x + q * kThreads, tt = e / NP, j = e % NP;
+      const int e = threadIdx.x + q * kThreads, tt = e % kChunk, j = e / kChunk;
       if (e >= kChunk * NP) break;
       if (j < N) dhmT[j][tt] = nx.dhm[q];
       const Planes s(nx.dhm[q]);
