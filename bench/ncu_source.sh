@@ -14,7 +14,9 @@ ncu -i "$rep.ncu-rep" --page source --print-source sass --csv > "$rep.csv"
 gzip -c "$rep.csv" > "$dir/source-${kernel//[^A-Za-z0-9_]/}.csv.gz"
 python3 - "$rep.csv" <<'PY'
 import csv, sys
-rows = list(csv.DictReader(open(sys.argv[1])))
+f = open(sys.argv[1])
+if f.readline().startswith('"Kernel Name"') is False: f.seek(0)  # a first line naming the kernel
+rows = list(csv.DictReader(f))
 cols = list(rows[0])
 key = next((k for k in cols if k.startswith("Warp Stall Sampling (All")), None)
 ex = next((k for k in cols if k.startswith("Instructions Executed")), None)

@@ -137,6 +137,9 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   const int64_t per = ceil_div(p.T, p.splits);
   const int64_t ta = int64_t(blockIdx.y) * per, tb = min(p.T, ta + per);
   const bool vec = D % 4 == 0;  // then 4 consecutive columns lie in one stream, 8-byte aligned
+  // the lane's columns: in range, and (when vec) their stream and column of dh_in, divided once
+  const bool col_in = k4 < K;
+  const int stream = col_in ? k4 / D : 0, kd = k4 - stream * D;
   for (int e = threadIdx.x; e < N * kColTile; e += kThreads) {
     int j = e / kColTile, c = e % kColTile;
     phis[j][c] = kbase + c < K ? p.phi[int64_t(j) * K + kbase + c] : 0.0f;
@@ -203,16 +206,10 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       for (int r = 0; r < 4; ++r) {
         const int64_t t = c0 + 16 * s + 4 * tig + r;
         xv[s][r] = t < tb ? load4(p.x, t, K, k4, K % 4 == 0) : make_uint2(0, 0);
-        gv[s][r] = t < tb && vec ? load4(p.dh_in, t, D, k4 % D, true) : make_uint2(0, 0);
+        gv[s][r] = t < tb && vec ? load4(p.dh_in, t, D, kd, true) : make_uint2(0, 0);
       }
 
-    float cc[MJ][4][4];
-#pragma unroll
-    for (int mj = 0; mj < MJ; ++mj)
-#pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) cc[mj][nt][i] = 0.0f;
+    // dvecX and dx, both k-steps first: their registers are free again before P's accumulators
 #pragma unroll
     for (int s = 0; s < kChunk / 16; ++s) {
       const int tt0 = 16 * s + 4 * tig;  // the lane's first token in the chunk
@@ -222,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       for (int r = 0; r < 4; ++r)
 #pragma unroll
         for (int q = 0; q < 4; ++q) dv[r][q] = 0.0f;
-#pragma unroll 4
+#pragma unroll 2
       for (int j = 0; j < N; ++j) {
         const float4 d = *reinterpret_cast<const float4*>(&dhmT[j][tt0]);
         const float4 ph = *reinterpret_cast<const float4*>(&phis[j][c4]);
@@ -237,13 +234,12 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       for (int r = 0; r < 4; ++r) {
         const int tt = tt0 + r;
         const int64_t t = c0 + tt;
-        if (t >= tb || k4 >= K) continue;
-        float o[4];
+        if (t >= tb || !col_in) continue;
         if (vec) {
-          const int i = k4 / D;
+          float o[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q)
-            o[q] = dv[r][q] * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][i] * half_of(gv[s][r], q);
+            o[q] = dv[r][q] * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][stream] * half_of(gv[s][r], q);
           __align__(8) __nv_bfloat16 b[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q) b[q] = __float2bfloat16_rn(o[q]);
@@ -260,7 +256,20 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
           }
         }
       }
-      // P: B fragments from the x rows (tokens 4tig, +1 | +2, +3), A fragments from the planes
+    }
+
+    // P: the chunk's chain (k-step 0 then 1; planes lo, mid, hi) from zero, then into the split's sum
+    float cc[MJ][4][4];
+#pragma unroll
+    for (int mj = 0; mj < MJ; ++mj)
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) cc[mj][nt][i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kChunk / 16; ++s) {
+      const int tt0 = 16 * s + 4 * tig;
+      // B fragments from the x rows (tokens 4tig, +1 | +2, +3), A fragments from the planes
       uint32_t bf[4][2];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
