@@ -29,7 +29,7 @@ namespace mhc::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kMixWarps = 12;                  // warps of a mix_partial block at most: 168 registers each, one block per SM
+constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 64;                     // K per chunk: 4 mma k-steps of 16
 constexpr int kSsParts = 4;                    // the 4 lanes of a quad each sum their columns' squares
 constexpr int kFlush = 16;                     // chunks summed before they join the total
@@ -45,7 +45,7 @@ __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
 // How the forward splits a shape. A slice is one whole group of kFlush chunks (a warp sums
 // them in one chain, from zero) or one chunk (small T: many more work items, at the price of
 // partials as large as x); no other size, or the finish kernel could not continue the order.
-// Then as many warps per block (1..kMixWarps, sharing the planes through L1) as still give two
+// Then as many warps per block (1..kWarps, sharing the planes through L1) as still give two
 // blocks per SM of an H100.
 struct Plan {
   int slice_chunks, slices, warps;
@@ -53,7 +53,7 @@ struct Plan {
 Plan plan(int64_t T, int N, int K) {
   const int64_t chunks = ceil_div(K, kChunk), groups = ceil_div(chunks, kFlush), wtiles = ceil_div(T, 16 * tok_tiles(N));
   const int s = wtiles * groups >= 512 ? kFlush : 1, slices = int(ceil_div(chunks, s));
-  int w = kMixWarps;
+  int w = kWarps;
   while (w > 1 && ceil_div(wtiles, w) * slices < 264) w /= 2;
   return {s, slices, w};
 }
@@ -111,7 +111,7 @@ __device__ __forceinline__ void load_row(const __nv_bfloat16* __restrict__ x, in
 // part [slices,T,N]: h_mix over each slice; part_ss [slices,T,kSsParts]: sums of squares of x
 // over each slice, one per lane of the token's quad.
 template <int n>
-__global__ void __launch_bounds__(32 * kMixWarps, 1) mix_partial(FwdParams p, const __nv_bfloat16* __restrict__ planes,
+__global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __nv_bfloat16* __restrict__ planes,
                                                         int64_t Kp, int slice_chunks, float* part, float* part_ss) {
   constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N);
   const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
