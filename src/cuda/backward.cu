@@ -20,6 +20,7 @@ constexpr int kChunk = 32;             // tokens staged in shared memory per dx_
 constexpr int kSplitTok = 128;         // tokens per split at least
 static_assert((kThreads & (kThreads - 1)) == 0, "block_sum halves the block");
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole k-steps; one thread per token loads coef");
+static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 
 // Fixed-order tree sum over the block of one value per thread; result valid in thread 0.
 __device__ float block_sum(float v, float* red) {
@@ -45,6 +46,7 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
   float part[n];
 #pragma unroll
   for (int i = 0; i < n; ++i) part[i] = 0.0f;
+#pragma unroll 4
   for (int d = threadIdx.x; d < p.D; d += kThreads) {
     float gi = __bfloat162float(p.dh_in[t * p.D + d]);
 #pragma unroll
@@ -140,10 +142,11 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   // the lane's columns: in range, and (when vec) their stream and column of dh_in, divided once
   const bool col_in = k4 < K;
   const int stream = col_in ? k4 / D : 0, kd = k4 - stream * D;
-  for (int e = threadIdx.x; e < N * kColTile; e += kThreads) {
-    int j = e / kColTile, c = e % kColTile;
-    phis[j][c] = kbase + c < K ? p.phi[int64_t(j) * K + kbase + c] : 0.0f;
-  }
+  // phi's column tile, a column per thread: 8 rows' loads in flight at once (at T = 1 this
+  // prologue is most of the kernel)
+  const bool own_in = kbase + int(threadIdx.x) < K;
+#pragma unroll 8
+  for (int j = 0; j < N; ++j) phis[j][threadIdx.x] = own_in ? p.phi[int64_t(j) * K + kbase + threadIdx.x] : 0.0f;
   float gam[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) gam[q] = k4 + q < K ? p.gamma[k4 + q] : 0.0f;
