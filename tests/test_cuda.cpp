@@ -65,9 +65,8 @@ TEST_CASE("cuda is bitwise deterministic from run to run") {
 }
 
 TEST_CASE("a token's forward bits do not depend on T (token tile and K slices change with T)") {
-  // T = 16384: K split in slices of a whole group of 4 chunks, partial and finish items of one
-  // persistent kernel (mix_fused); T = 100: slices of one chunk, mix_partial in 1-warp blocks
-  // and mix_finish (forward.cu, plan)
+  // T = 16384: K split in slices of a whole group of 16 chunks, 2-warp blocks; T = 100: slices
+  // of one chunk, 1-warp blocks (forward.cu, plan)
   Case big = generate_case(parse_shape("16384,4,512"), 6, false);
   Case small = big.inputs_only();
   Tensor& x = small.t["x"];

@@ -1,4 +1,4 @@
-// forward.cu — the forward, K split over blocks so that any T fills the GPU:
+// forward.cu — the forward in three kernels, K split over blocks so that any T fills the GPU:
 //   split_pg     phi*gamma (N x K, fp32) as three bf16 planes hi + mid + lo whose sum is the
 //                fp32 value (24 significand bits = 3 x 8), padded with zeros to whole tiles
 //   mix_partial  a block per (up to 256 tokens, K slice): the slice's partial h_mix = x·(phi*gamma)
@@ -9,19 +9,16 @@
 //                and loads its fragments straight from global memory (no shared memory)
 //   mix_finish   a block per kFinTok tokens: the partials summed over slices, inv_rms, the
 //                three gates, and h_in (a second read of the tokens' x)
-//   mix_fused    at large T, both as work items of one persistent kernel, a token tile's
-//                finish right after its partials, so that the second read of x hits L2
-// No float atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
+// No atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
 // 4 mma steps x 3 planes from zero) -> group (kFlush chunks, one chain) -> total. A slice is one
-// chunk or one whole group and the finish continues that order, so neither the slicing, the
-// token tiling nor the choice of kernels (all chosen from the shape) changes a bit.
+// chunk or one whole group and the finish kernel continues that order, so
+// neither the slicing nor the token tiling (both chosen from the shape) changes a bit.
 //
 // The mma fragments use a permutation of k inside each chunk: lane (g, tig) holds, for each of
 // the 4 k-steps s, the logical columns {2tig, 2tig+1, 2tig+8, 2tig+9} at the physical columns
 // 16 tig + 4 s + {0,1,2,3}. A dot product over a chunk does not depend on how its columns are
 // paired, as long as x (A) and the planes (B) use the same pairing: then each lane's 32 bytes
 // of a row are contiguous, two 16-byte loads.
-#include <algorithm>
 #include <cstdint>
 
 #include "bf16_split.cuh"
@@ -35,7 +32,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 64;                     // K per chunk: 4 mma k-steps of 16
 constexpr int kSsParts = 4;                    // the 4 lanes of a quad each sum their columns' squares
-constexpr int kFlush = 4;                      // chunks summed before they join the total
+constexpr int kFlush = 16;                     // chunks summed before they join the total
 constexpr int kFinTok = 4;                     // tokens per mix_finish block
 constexpr int kGB = 16;                        // groups of slices summed at once by mix_finish
 static_assert(kChunk == 4 * 16 && kChunk / kSsParts == 16, "a lane holds 16 columns of a chunk: two 16-byte loads");
@@ -94,7 +91,7 @@ __device__ __forceinline__ void load_row(const __nv_bfloat16* __restrict__ x, in
     if (t >= T) {
       out[h] = make_uint4(0, 0, 0, 0);
     } else if (vec) {
-      out[h] = kh < K ? __ldg(reinterpret_cast<const uint4*>(x + t * K + kh)) : make_uint4(0, 0, 0, 0);
+      out[h] = kh < K ? __ldcs(reinterpret_cast<const uint4*>(x + t * K + kh)) : make_uint4(0, 0, 0, 0);
     } else {
       uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -105,14 +102,24 @@ __device__ __forceinline__ void load_row(const __nv_bfloat16* __restrict__ x, in
   }
 }
 
-// Warp's share of mix_partial: tokens tw .. tw + 16 kMT - 1 (tw < T), K slice `slice`.
+// Block b: token tile b % tiles, K slice b / tiles (blockDim.x / 32 warps, Plan::warps). Warp w
+// owns kMT m16 tiles of tokens; lane (g = lane / 4, tig = lane % 4) holds rows g and g + 8 of
+// each; up to n = 6 the next chunk's x is loaded while this one is computed. No register cap: at n = 4
+// two m16 tiles, prefetching, one block per SM was faster than one tile or a 128-register
+// cap for two blocks (device run s4-4); staging x through a per-lane cp.async ring in shared
+// memory was slower still (s4-2: it takes the L1 that the planes are read through).
 // part [slices,T,N]: h_mix over each slice; part_ss [slices,T,kSsParts]: sums of squares of x
 // over each slice, one per lane of the token's quad.
 template <int n>
-__device__ __forceinline__ void partial_warp(const FwdParams& p, const __nv_bfloat16* __restrict__ planes, int64_t Kp,
-                                             int slice_chunks, float* part, float* part_ss, int64_t tw, int slice) {
+__global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __nv_bfloat16* __restrict__ planes,
+                                                        int64_t Kp, int slice_chunks, float* part, float* part_ss) {
   constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N);
   const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const int warps = blockDim.x / 32;
+  const int64_t tiles = ceil_div(p.T, warps * 16 * kMT);
+  const int64_t tw = (blockIdx.x % tiles * warps + threadIdx.x / 32) * (16 * kMT);  // the warp's first token
+  if (tw >= p.T) return;  // no barriers in this kernel
+  const int slice = int(blockIdx.x / tiles);
   const int c_beg = slice * slice_chunks, c_end = min(int(ceil_div(K, kChunk)), c_beg + slice_chunks);
   const bool vec = K % 8 == 0;
   const int64_t plane = plane_rows(N) * Kp;
@@ -208,29 +215,9 @@ __device__ __forceinline__ void partial_warp(const FwdParams& p, const __nv_bflo
     }
 }
 
-// Block b: token tile b % tiles, K slice b / tiles (blockDim.x / 32 warps, Plan::warps). Warp w
-// owns kMT m16 tiles of tokens; lane (g = lane / 4, tig = lane % 4) holds rows g and g + 8 of
-// each; up to n = 6 the next chunk's x is loaded while this one is computed. No register cap: at n = 4
-// two m16 tiles, prefetching, one block per SM was faster than one tile or a 128-register
-// cap for two blocks (device run s4-4), or 12 warps of 168 (s5-3); staging x through a
-// per-lane cp.async ring in shared memory was slower still (s4-2: it takes the L1 that the
-// planes are read through).
 template <int n>
-__global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __nv_bfloat16* __restrict__ planes,
-                                                        int64_t Kp, int slice_chunks, float* part, float* part_ss) {
-  constexpr int kMT = tok_tiles(n * n + 2 * n);
-  const int warps = blockDim.x / 32;
-  const int64_t tiles = ceil_div(p.T, warps * 16 * kMT);
-  const int64_t tw = (blockIdx.x % tiles * warps + threadIdx.x / 32) * (16 * kMT);  // the warp's first token
-  if (tw < p.T) partial_warp<n>(p, planes, Kp, slice_chunks, part, part_ss, tw, int(blockIdx.x / tiles));
-}
-
-// h_mix summed over the slices, inv_rms, the gates and h_in for tokens t0 .. t0 + kFinTok - 1
-// (the block's threads together; every thread calls it). part and part_ss are read through L2
-// only (__ldcg): in mix_fused other blocks wrote them during this kernel.
-template <int n>
-__device__ void finish_tokens(const FwdParams& p, int slice_chunks, int slices, const float* part, const float* part_ss,
-                              int64_t t0) {
+__global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_chunks, int slices, const float* part,
+                                                       const float* part_ss) {
   constexpr int N = n * n + 2 * n;
   __shared__ float hm[kFinTok][N];
   __shared__ float ssq[kFinTok][kSsParts];
@@ -238,7 +225,7 @@ __device__ void finish_tokens(const FwdParams& p, int slice_chunks, int slices, 
   __shared__ float inv[kFinTok];
   __shared__ float hp[kFinTok][n];
   const int K = n * p.D, tid = threadIdx.x;
-  __syncthreads();  // an earlier call's readers of the shared arrays are done
+  const int64_t t0 = int64_t(blockIdx.x) * kFinTok;
 
   // Each (token, output) over the slices: a group's slices chain, then the groups join the
   // total in order. Where a slice is a whole group (large T) that is one walk per output;
@@ -253,8 +240,8 @@ __device__ void finish_tokens(const FwdParams& p, int slice_chunks, int slices, 
     if (per_group > 1 || t0 + tb >= p.T) continue;
     const float* src = c < N ? part + (t0 + tb) * N + c : part_ss + (t0 + tb) * kSsParts + (c - N);
     const int64_t stride = p.T * (c < N ? N : kSsParts);
-#pragma unroll 16
-    for (int s = 0; s < slices; ++s) acc += __ldcg(src + s * stride);
+#pragma unroll 8
+    for (int s = 0; s < slices; ++s) acc += src[s * stride];
   }
   for (int gb = 0; per_group > 1 && gb < groups; gb += kGB) {
     __syncthreads();  // gsum is free again
@@ -267,7 +254,7 @@ __device__ void finish_tokens(const FwdParams& p, int slice_chunks, int slices, 
       const int s0 = (gb + q) * per_group, s1 = min(slices, s0 + per_group);
       float grp = 0.0f;
 #pragma unroll 16
-      for (int s = s0; s < s1; ++s) grp += __ldcg(src + s * stride);
+      for (int s = s0; s < s1; ++s) grp += src[s * stride];
       gsum[tb][c][q] = grp;
     }
     __syncthreads();
@@ -318,7 +305,7 @@ __device__ void finish_tokens(const FwdParams& p, int slice_chunks, int slices, 
       for (int q = 0; q < 8; ++q) a[q] = 0.0f;
 #pragma unroll
       for (int i = 0; i < n; ++i) {
-        uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d));  // x's last use
+        uint4 raw = *reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d);
         const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
 #pragma unroll
         for (int q = 0; q < 8; ++q) a[q] = fmaf(hp[tb][i], __bfloat162float(h[q]), a[q]);
@@ -341,68 +328,6 @@ __device__ void finish_tokens(const FwdParams& p, int slice_chunks, int slices, 
   }
 }
 
-template <int n>
-__global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_chunks, int slices, const float* part,
-                                                       const float* part_ss) {
-  finish_tokens<n>(p, slice_chunks, slices, part, part_ss, int64_t(blockIdx.x) * kFinTok);
-}
-
-// Both steps in one persistent kernel, for the large-T plan (slices of one whole group), so that
-// x is still in L2 when h_in reads it again. Work items, taken in ticket order (an integer
-// counter): for each token tile of kWarps·16·kMT tokens, its `slices` partial items (each warp
-// its token group over one slice, as mix_partial), then kFinItems finish items (a share of the
-// tile's tokens each, as mix_finish). A finish item waits until the tile's partial items are
-// done (done[tile], an integer count). A block asks for its next ticket while it works on the
-// current one, so it holds two; every wait still ends: the smallest unfinished ticket is some
-// block's current one, and if it is a finish item, every partial item it waits for holds a
-// smaller ticket, so is finished. Between a tile's first read of x and its finish the GPU
-// reads about one item per block (128 KB with 4-chunk groups: ~17 MB on 132 SMs) plus the
-// finish's own lag: within L2 (50 MB).
-// tickets [1 + tiles]: the next ticket, then done per tile; zero at launch.
-constexpr int kFinItems = 32;
-template <int n>
-__global__ void __launch_bounds__(kThreads, 1) mix_fused(FwdParams p, const __nv_bfloat16* __restrict__ planes, int64_t Kp,
-                                                      int slice_chunks, int slices, float* part, float* part_ss,
-                                                      int* tickets) {
-  constexpr int kMT = tok_tiles(n * n + 2 * n), kTile = kWarps * 16 * kMT, kFinTile = kTile / kFinItems;
-  static_assert(kFinTile % kFinTok == 0, "a finish item is whole finish steps");
-  const int64_t tiles = ceil_div(p.T, kTile), per_tile = slices + kFinItems;
-  __shared__ int item;
-  int next = 0;  // thread 0's next ticket
-  if (threadIdx.x == 0) next = atomicAdd(tickets, 1);
-  for (;;) {
-    if (threadIdx.x == 0) item = next;
-    __syncthreads();
-    const int64_t it = item, tile = it / per_tile;
-    const int r = int(it % per_tile);
-    __syncthreads();  // every thread has read `item`
-    if (tile >= tiles) return;
-    if (threadIdx.x == 0) next = atomicAdd(tickets, 1);  // used at the next turn: its latency hides behind this item
-    if (r < slices) {  // partial item: slice r of the tile
-      const int64_t tw = tile * kTile + threadIdx.x / 32 * (16 * kMT);
-      if (tw < p.T) partial_warp<n>(p, planes, Kp, slice_chunks, part, part_ss, tw, r);
-      __threadfence();  // this thread's partials are visible before the count says so
-      __syncthreads();
-      if (threadIdx.x == 0) atomicAdd(&tickets[1 + tile], 1);
-    } else {  // finish item r - slices of the tile
-      if (threadIdx.x == 0) {
-        while (*reinterpret_cast<volatile int*>(&tickets[1 + tile]) < slices) __nanosleep(64);
-        __threadfence();
-      }
-      __syncthreads();
-      const int64_t t0 = tile * kTile + int64_t(r - slices) * kFinTile;
-      for (int sub = 0; sub < kFinTile; sub += kFinTok)
-        if (t0 + sub < p.T) finish_tokens<n>(p, slice_chunks, slices, part, part_ss, t0 + sub);
-    }
-  }
-}
-
-// tickets of mix_fused for a shape: none where the plan takes one-chunk slices (small T: the
-// two kernels), else one counter and one per token tile.
-int64_t fused_tickets(const Plan& pl, int64_t T, int N) {
-  return pl.slice_chunks == kFlush ? 1 + ceil_div(T, kWarps * 16 * tok_tiles(N)) : 0;
-}
-
 template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
@@ -413,21 +338,6 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   float* part_ss = part + int64_t(pl.slices) * p.T * N;
   split_pg<<<unsigned(ceil_div(plane_rows(N) * Kp, kThreads)), kThreads, 0, s>>>(p.pg, N, K, plane_rows(N), Kp, planes);
   CUDA_CHECK(cudaGetLastError());
-  if (const int64_t tickets = fused_tickets(pl, p.T, N)) {
-    // a block per SM (the occupancy calculator's count), asked once per process
-    static const int blocks = [] {
-      int dev = 0, sms = 0, per_sm = 0;
-      CUDA_CHECK(cudaGetDevice(&dev));
-      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mix_fused<n>, kThreads, 0));
-      return sms * std::max(per_sm, 1);
-    }();
-    int* counters = reinterpret_cast<int*>(part_ss + int64_t(pl.slices) * p.T * kSsParts);
-    CUDA_CHECK(cudaMemsetAsync(counters, 0, size_t(tickets) * sizeof(int), s));
-    mix_fused<n><<<unsigned(blocks), kThreads, 0, s>>>(p, planes, Kp, pl.slice_chunks, pl.slices, part, part_ss, counters);
-    CUDA_CHECK(cudaGetLastError());
-    return;
-  }
   mix_partial<n><<<unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.slices), 32 * pl.warps, 0, s>>>(p, planes, Kp, pl.slice_chunks,
                                                                                     part, part_ss);
   CUDA_CHECK(cudaGetLastError());
@@ -439,9 +349,7 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
 
 int64_t forward_scratch_floats(int64_t T, int n, int D) {
   const int N = n * n + 2 * n, K = n * D;
-  const Plan pl = plan(T, N, K);
-  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + int64_t(pl.slices) * T * (N + kSsParts) +
-         fused_tickets(pl, T, N);  // ints, one float each
+  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + int64_t(plan(T, N, K).slices) * T * (N + kSsParts);
 }
 
 void launch_forward(const FwdParams& p, cudaStream_t s) {

@@ -23,8 +23,7 @@ struct FwdParams {
   float* h_post;           // [T,n]
   float* h_res;            // [T,n,n]
   __nv_bfloat16* h_in;     // [T,D]
-  float* scratch;          // forward_scratch_floats(T, n, D): phi*gamma as bf16 planes, partial sums over K slices,
-                           // mix_fused's ticket counters
+  float* scratch;          // forward_scratch_floats(T, n, D): phi*gamma as bf16 planes, partial sums over K slices
   int64_t T;
   int n, D;
   float norm_eps, hc_eps;
