@@ -25,8 +25,8 @@ cat "$out/bench.jsonl"
 if [ -n "${PROFILE:-}" ]; then
   ncu --clock-control none --metrics gpu__time_duration.sum build-gpu/mhc bench --backend cuda \
     --shape "$PROFILE" --pass both --repeat 1 --warmup 0 > "$out/ncu.txt" 2>&1
-  grep -E "forward_kernel|token_grads|dx_kernel|param_|reduce_cols|gpu__time_duration" "$out/ncu.txt" | paste - - |
-    sed -E 's/.*(forward_kernel|token_grads|dx_kernel|param_partial|param_final|reduce_cols).*duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/'
+  grep -E "split_pg|mix_|token_grads|dx_param|param_final|gpu__time_duration" "$out/ncu.txt" | paste - - |
+    sed -E 's/.*(split_pg|mix_[a-z]+|token_grads|dx_param|param_final).*duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/'
 fi
 echo "device_run: tests exit $tests, bench exit $bench"
 [ "$tests" -eq 0 ] && [ "$bench" -eq 0 ]

@@ -10,13 +10,13 @@ shift 2
 mkdir -p "$dir"
 for shape in "$@"; do
   f="$dir/ncu-${shape//,/_}.txt"
-  ncu --clock-control none -k 'regex:split_pg|mix_|token_grads|dx_param|param_|reduce_cols' \
+  ncu --clock-control none -k 'regex:split_pg|mix_|token_grads|dx_param|param_final' \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
     --section Occupancy --section LaunchStats \
     "$mhc" bench --backend cuda --shape "$shape" --pass both --repeat 1 --warmup 0 > "$f" 2>&1 ||
     { tail -5 "$f"; exit 1; }
   echo "== $shape"
-  awk 'match($0, /(split_pg|mix_|token_grads|dx_param|param_final|reduce_cols)[a-z_]*(<[0-9, ]+>)?/) && /\)x\(/ {
+  awk 'match($0, /(split_pg|mix_|token_grads|dx_param|param_final)[a-z_]*(<[0-9, ]+>)?/) && /\)x\(/ {
          k = substr($0, RSTART, RLENGTH) }
        $1 == "Duration" { d = $NF " " $(NF-1) } $1 == "DRAM" && $2 == "Throughput" { m = $NF }
        /Compute \(SM\) Throughput/ { c = $NF }

@@ -1,11 +1,11 @@
-// backward.cu — the backward in four kernels, no atomics, every sum in a fixed order:
+// backward.cu — the backward in three kernels, no atomics, every sum in a fixed order:
 //   token_grads   one block per token: dh_pre, the gate gradients, dh_mix, dinv_rms,
 //                 and the per-token terms of dalpha and dbias
 //   dx_param      a block per (K tile, token split): dvecX = dh_mix·phi and dx, and
 //                 P = sum_t dh_mix^T x over the split (tensor cores), in one read of x
 //   param_final   per column k: P summed over splits in order; dphi = P*gamma,
-//                 dgamma = sum_j phi[j,k] P[j,k] (= sum_t x * dvecX)
-//   reduce_cols   dalpha and dbias: per-token terms summed by a fixed tree
+//                 dgamma = sum_j phi[j,k] P[j,k] (= sum_t x * dvecX); and in 3 + N more
+//                 blocks dalpha and dbias, the per-token terms summed by a fixed tree
 #include "bf16_split.cuh"
 #include "cuda_check.h"
 #include "kernels.h"
@@ -18,45 +18,69 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
 constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: 2 k-steps
 constexpr int kSplitTok = 128;         // tokens per split at least
-static_assert((kThreads & (kThreads - 1)) == 0, "block_sum halves the block");
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole k-steps; one thread per token loads coef");
 static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 
-// Fixed-order tree sum over the block of one value per thread; result valid in thread 0.
-__device__ float block_sum(float v, float* red) {
-  red[threadIdx.x] = v;
+// Fixed-order sums over the block of m values per thread, returned in every thread: a butterfly
+// in each warp (xor 16, 8, .., 1: lanes l and l^s add the same two values, so all lanes hold the
+// same bits), then the warps' sums in order. red: shared, [kWarps][m].
+template <int m> __device__ void block_sums(float (&v)[m], float (*red)[m]) {
+#pragma unroll
+  for (int i = 0; i < m; ++i)
+#pragma unroll
+    for (int s = 16; s > 0; s >>= 1) v[i] += __shfl_xor_sync(0xffffffffu, v[i], s);
+  if (threadIdx.x % 32 == 0)
+#pragma unroll
+    for (int i = 0; i < m; ++i) red[threadIdx.x / 32][i] = v[i];
   __syncthreads();
-  for (int s = kThreads / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-    __syncthreads();
+#pragma unroll
+  for (int i = 0; i < m; ++i) {
+    v[i] = 0.0f;
+    for (int w = 0; w < kWarps; ++w) v[i] += red[w][i];
   }
-  float r = red[0];
-  __syncthreads();
-  return r;
+  __syncthreads();  // red is free again
 }
 
 template <int n>
 __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
   constexpr int N = n * n + 2 * n;
-  __shared__ float red[kThreads];
+  __shared__ float red[kWarps][n];
   __shared__ float g[N];
   __shared__ float dhp[n];
   const int64_t t = blockIdx.x;
   const int K = n * p.D;
-  float part[n];
+  float part[n];  // dh_pre: sum_d dh_in * x over the thread's columns, then over the block
 #pragma unroll
   for (int i = 0; i < n; ++i) part[i] = 0.0f;
+  if (p.D % 8 == 0) {  // 8 columns a load
+    for (int d = 8 * threadIdx.x; d < p.D; d += 8 * kThreads) {
+      const uint4 gv = *reinterpret_cast<const uint4*>(p.dh_in + t * p.D + d);
+      uint4 xv[n];
+#pragma unroll
+      for (int i = 0; i < n; ++i) xv[i] = *reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d);
+      const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w};
+#pragma unroll
+      for (int i = 0; i < n; ++i) {
+        const uint32_t xw[4] = {xv[i].x, xv[i].y, xv[i].z, xv[i].w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          part[i] = fmaf(lo_bf16(gw[q]), lo_bf16(xw[q]), part[i]);
+          part[i] = fmaf(hi_bf16(gw[q]), hi_bf16(xw[q]), part[i]);
+        }
+      }
+    }
+  } else {
 #pragma unroll 4
-  for (int d = threadIdx.x; d < p.D; d += kThreads) {
-    float gi = __bfloat162float(p.dh_in[t * p.D + d]);
+    for (int d = threadIdx.x; d < p.D; d += kThreads) {
+      float gi = __bfloat162float(p.dh_in[t * p.D + d]);
 #pragma unroll
-    for (int i = 0; i < n; ++i) part[i] = fmaf(gi, __bfloat162float(p.x[t * K + i * p.D + d]), part[i]);
+      for (int i = 0; i < n; ++i) part[i] = fmaf(gi, __bfloat162float(p.x[t * K + i * p.D + d]), part[i]);
+    }
   }
+  block_sums<n>(part, red);
+  if (threadIdx.x == 0)
 #pragma unroll
-  for (int i = 0; i < n; ++i) {
-    float s = block_sum(part[i], red);
-    if (threadIdx.x == 0) dhp[i] = s;
-  }
+    for (int i = 0; i < n; ++i) dhp[i] = part[i];
   __syncthreads();
   const float ir = p.inv_rms[t];
   for (int j = threadIdx.x; j < N; j += kThreads) {
@@ -315,11 +339,23 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     }
 }
 
-// Per column k: P[j,k] summed over the splits in order, then dphi and dgamma. The N sums of
-// one split are independent loads, all in flight at once.
+// Blocks 0 .. ktiles-1, a column k per thread: P[j,k] summed over the splits in order, then dphi
+// and dgamma (the N sums of one split are independent loads, all in flight at once). Then 3 + N
+// blocks, one per column of a_tok and g_tok: dalpha and dbias, the per-token terms summed by a
+// fixed tree (each thread its tokens in order, then block_sums).
 template <int n>
-__global__ void __launch_bounds__(kThreads) param_final(BwdParams p) {
+__global__ void __launch_bounds__(kThreads) param_final(BwdParams p, int ktiles) {
   constexpr int N = n * n + 2 * n;
+  if (int(blockIdx.x) >= ktiles) {
+    __shared__ float red[kWarps][1];
+    const int c = int(blockIdx.x) - ktiles, C = c < 3 ? 3 : N, col = c < 3 ? c : c - 3;
+    const float* in = c < 3 ? p.a_tok : p.g_tok;
+    float v[1] = {0.0f};
+    for (int64_t t = threadIdx.x; t < p.T; t += kThreads) v[0] += in[t * C + col];
+    block_sums<1>(v, red);
+    if (threadIdx.x == 0) (c < 3 ? p.dalpha : p.dbias)[col] = v[0];
+    return;
+  }
   const int K = n * p.D;
   const int k = blockIdx.x * kThreads + threadIdx.x;
   if (k >= K) return;
@@ -341,16 +377,6 @@ __global__ void __launch_bounds__(kThreads) param_final(BwdParams p) {
   p.dgamma[k] = dg;
 }
 
-// out[c] = sum_t in[t*C + c], one block per column, a fixed tree.
-__global__ void __launch_bounds__(kThreads) reduce_cols(const float* in, int64_t T, int C, float* out) {
-  __shared__ float red[kThreads];
-  const int c = blockIdx.x;
-  float s = 0.0f;
-  for (int64_t t = threadIdx.x; t < T; t += kThreads) s += in[t * C + c];
-  s = block_sum(s, red);
-  if (threadIdx.x == 0) out[c] = s;
-}
-
 template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
@@ -362,11 +388,7 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   CUDA_CHECK(cudaGetLastError());
   dx_param<n><<<dim3(ctiles, unsigned(p.splits)), kThreads, smem, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
-  param_final<n><<<ktiles, kThreads, 0, s>>>(p);
-  CUDA_CHECK(cudaGetLastError());
-  reduce_cols<<<3, kThreads, 0, s>>>(p.a_tok, p.T, 3, p.dalpha);
-  CUDA_CHECK(cudaGetLastError());
-  reduce_cols<<<N, kThreads, 0, s>>>(p.g_tok, p.T, N, p.dbias);
+  param_final<n><<<ktiles + 3 + N, kThreads, 0, s>>>(p, int(ktiles));
   CUDA_CHECK(cudaGetLastError());
 }
 
