@@ -146,8 +146,11 @@ __device__ __forceinline__ float half_of(uint2 v, int q) {  // element q (0..3) 
 //           x is exact in bf16 and the planes sum to dh_mix, so the products are exact; each
 //           chunk's mma chain (2 k-steps x 3 planes) starts from zero and is then added to the
 //           split's sum in order.
-// Two blocks per SM up to n = 4 (128 registers, a few bytes spilled): faster than one block
-// without spills or 64-token chunks (device run s4-6: 1.64 against 2.13 ms at 16384,4,4096).
+// Two blocks per SM up to n = 4 (128 registers): faster than one block or 64-token chunks
+// (device run s4-6: 1.64 against 2.13 ms at 16384,4,4096). No spills since s5-3: the lane's
+// stream and column are divided once per block (the compiler had rematerialised the divisions
+// at every load), dvecX and dx run for both k-steps before the mma block, the j loop is
+// unrolled by 2 (1.50 -> 1.29 ms backward).
 template <int n>
 __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p) {
   constexpr int N = n * n + 2 * n, MJ = ceil_div(N, 16), NP = 16 * MJ;  // j as m16 tiles, padded
@@ -166,8 +169,8 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   // the lane's columns: in range, and (when vec) their stream and column of dh_in, divided once
   const bool col_in = k4 < K;
   const int stream = col_in ? k4 / D : 0, kd = k4 - stream * D;
-  // phi's column tile, a column per thread: 8 rows' loads in flight at once (at T = 1 this
-  // prologue is most of the kernel)
+  // phi's column tile, a column per thread, 8 rows' loads in flight at once (at T = 1 the
+  // kernel went 16.8 -> 13.9 us when this loop stopped waiting for each row, s5-4)
   const bool own_in = kbase + int(threadIdx.x) < K;
 #pragma unroll 8
   for (int j = 0; j < N; ++j) phis[j][threadIdx.x] = own_in ? p.phi[int64_t(j) * K + kbase + threadIdx.x] : 0.0f;

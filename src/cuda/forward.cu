@@ -106,8 +106,9 @@ __device__ __forceinline__ void load_row(const __nv_bfloat16* __restrict__ x, in
 // owns kMT m16 tiles of tokens; lane (g = lane / 4, tig = lane % 4) holds rows g and g + 8 of
 // each; up to n = 6 the next chunk's x is loaded while this one is computed. No register cap: at n = 4
 // two m16 tiles, prefetching, one block per SM was faster than one tile or a 128-register
-// cap for two blocks (device run s4-4); staging x through a per-lane cp.async ring in shared
-// memory was slower still (s4-2: it takes the L1 that the planes are read through).
+// cap for two blocks (device run s4-4), and than 12 warps under a 168-register cap except
+// where those fit the waves better (s5-3); staging x through a per-lane cp.async ring in
+// shared memory was slower still (s4-2: it takes the L1 that the planes are read through).
 // part [slices,T,N]: h_mix over each slice; part_ss [slices,T,kSsParts]: sums of squares of x
 // over each slice, one per lane of the token's quad.
 template <int n>
