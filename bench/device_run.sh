@@ -25,7 +25,7 @@ cat "$out/bench.jsonl"
 if [ -n "${PROFILE:-}" ]; then
   ncu --clock-control none --metrics gpu__time_duration.sum build-gpu/mhc bench --backend cuda \
     --shape "$PROFILE" --pass both --repeat 1 --warmup 0 > "$out/ncu.txt" 2>&1
-  grep -E "split_pg|mix_|token_grads|dx_param|param_final|gpu__time_duration" "$out/ncu.txt" | paste - - |
+  grep -v "^==PROF==" "$out/ncu.txt" | grep -E "split_pg|mix_|token_grads|dx_param|param_final|gpu__time_duration" | paste - - |
     sed -E 's/.*(split_pg|mix_[a-z]+|token_grads|dx_param|param_final).*duration.sum +([a-z]+) +([0-9.,]+).*/\1 \3 \2/'
 fi
 echo "device_run: tests exit $tests, bench exit $bench"

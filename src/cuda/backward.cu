@@ -20,6 +20,7 @@ constexpr int kChunk = 32;             // tokens staged in shared memory per dx_
 constexpr int kSplitTok = 128;         // tokens per split at least
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole k-steps; one thread per token loads coef");
 static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
+static_assert(kThreads % 32 == 0, "block_sums shuffles whole warps");
 
 // Fixed-order sums over the block of m values per thread, returned in every thread: a butterfly
 // in each warp (xor 16, 8, .., 1: lanes l and l^s add the same two values, so all lanes hold the
@@ -147,7 +148,7 @@ __device__ __forceinline__ float half_of(uint2 v, int q) {  // element q (0..3) 
 //           chunk's mma chain (2 k-steps x 3 planes) starts from zero and is then added to the
 //           split's sum in order.
 // Two blocks per SM up to n = 4 (128 registers): faster than one block or 64-token chunks
-// (device run s4-6: 1.64 against 2.13 ms at 16384,4,4096). No spills since s5-3: the lane's
+// (device run s4-6: 1.64 against 2.13 ms at 16384,4,4096). No spills up to n = 7 since s5-3: the lane's
 // stream and column are divided once per block (the compiler had rematerialised the divisions
 // at every load), dvecX and dx run for both k-steps before the mma block, the j loop is
 // unrolled by 2 (1.50 -> 1.29 ms backward).
@@ -170,7 +171,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   const bool col_in = k4 < K;
   const int stream = col_in ? k4 / D : 0, kd = k4 - stream * D;
   // phi's column tile, a column per thread, 8 rows' loads in flight at once (at T = 1 the
-  // kernel went 16.8 -> 13.9 us when this loop stopped waiting for each row, s5-4)
+  // kernel went 16.8 -> 14.0 us when this loop stopped waiting for each row, s5-4)
   const bool own_in = kbase + int(threadIdx.x) < K;
 #pragma unroll 8
   for (int j = 0; j < N; ++j) phis[j][threadIdx.x] = own_in ? p.phi[int64_t(j) * K + kbase + threadIdx.x] : 0.0f;
