@@ -4,7 +4,7 @@ machine, in one process: the same card, the same clocks, the same cache hygiene.
 
     python3 bench/torch_compare.py build-gpu/mhc [--shapes 4096,4,2560 16384,4,4096 ...]
                                    [--repeat 20] [--warmup 3] [--no-compile] [--json FILE]
-                                   [--torch-from FILE]
+                                   [--torch-from FILE] [--mhc-from FILE]
 
 1. Copy bandwidth: a device-to-device copy of 1 GiB, bytes read + written, median of 10.
 2. PyTorch (fp32, TF32 off), eager and torch.compile: the forward (under no_grad) and the
@@ -15,14 +15,20 @@ Before every timed repeat, torch and mhc alike write a buffer of 4x the L2 size,
 repeat reads its inputs from L2. The byte floor is mhc's `bytes` (the fewest bytes the pass
 must move) over the copy bandwidth; "% copy bw" is mhc's effective bandwidth over it.
 --torch-from takes the PyTorch times from an earlier run's --json file (same card model),
-to save device time when only mhc changed; the table then says so.
+to save device time when only mhc changed; the table then says so. --mhc-from takes mhc's
+times from a file of `mhc bench --json` lines (bench/device_run.sh's bench.jsonl) instead of
+running mhc; with both, nothing is measured and no GPU (nor torch) is needed: the table of a
+finished device run, rendered anywhere, each floor from the copy bandwidth that mhc measured.
 """
 import argparse
 import json
 import subprocess
 import sys
 
-import torch
+try:
+    import torch
+except ImportError:  # enough for --torch-from with --mhc-from
+    torch = None
 
 NORM_EPS = HC_EPS = 1e-6  # mhc gen's defaults
 
@@ -117,7 +123,7 @@ def mhc_bench(binary, shape, pass_, warmup, repeat):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("mhc", help="path to the mhc binary (built with CUDA)")
+    ap.add_argument("mhc", nargs="?", help="path to the mhc binary (built with CUDA); not needed with --mhc-from")
     ap.add_argument("--shapes", nargs="+", default=["4096,4,2560", "16384,4,4096", "65536,4,2560", "16384,6,4096",
                                                      "16384,8,4096", "1,4,4096", "128,4,4096"])
     ap.add_argument("--repeat", type=int, default=20)
@@ -125,42 +131,67 @@ def main():
     ap.add_argument("--no-compile", action="store_true", help="eager only (torch.compile takes a while per shape)")
     ap.add_argument("--json", help="also write one JSON object per row to this file")
     ap.add_argument("--torch-from", help="PyTorch times from this earlier --json file instead of measuring them")
+    ap.add_argument("--mhc-from", help="mhc's times from this file of `mhc bench --json` lines instead of running mhc")
     a = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch._dynamo.config.cache_size_limit = 64
-    timer = Timer()
-    bw = copy_gbps(timer)
-    name = torch.cuda.get_device_name(0)
-    print(f"{name}, torch {torch.__version__}; copy bandwidth {bw:.0f} GB/s (1 GiB device-to-device, read + write)")
+    if not a.mhc and not a.mhc_from:
+        ap.error("give the mhc binary or --mhc-from")
     earlier = {}
     if a.torch_from:
         for line in open(a.torch_from):
             r = json.loads(line)
-            if r["device"] != name:
-                sys.exit(f"torch_compare: {a.torch_from} was measured on {r['device']}, this is {name}")
             earlier[r["shape"], "fwd" if r["pass"] == "fwd" else "both"] = r
-        print(f"PyTorch times from {a.torch_from} (an earlier run on the same card model), mhc's measured now")
+    mine = {}
+    if a.mhc_from:
+        for line in open(a.mhc_from):
+            r = json.loads(line)
+            mine[r["shape"], r["pass"]] = r
+    offline = bool(earlier and mine)
+    if offline:
+        first = next(iter(earlier.values()))
+        name, version = first["device"], first["torch"]
+        print(f"{name}: PyTorch {version} times from {a.torch_from}, mhc's from {a.mhc_from}; each floor from the "
+              "copy bandwidth mhc measured in its own process")
+    else:
+        if torch is None:
+            sys.exit("torch_compare: no torch here; without it both --torch-from and --mhc-from are needed")
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        torch._dynamo.config.cache_size_limit = 64
+        timer = Timer()
+        bw = copy_gbps(timer)
+        name, version = torch.cuda.get_device_name(0), torch.__version__
+        print(f"{name}, torch {version}; copy bandwidth {bw:.0f} GB/s (1 GiB device-to-device, read + write)")
+        if earlier:
+            print(f"PyTorch times from {a.torch_from} (an earlier run on the same card model), mhc's measured now")
+    for src, recs, key in ((a.torch_from, earlier, "device"), (a.mhc_from, mine, "device")):
+        for r in recs.values():
+            if not r[key].startswith(name):
+                sys.exit(f"torch_compare: {src} was measured on {r[key]}, this is {name}")
     out = open(a.json, "w") if a.json else None
     rows = []
     for s in a.shapes:
         shape = tuple(int(v) for v in s.split(","))
-        if earlier:
-            t = {(p, m): earlier[s, p][m + "_ms"] for p in ("fwd", "both") for m in ("eager", "compile")}
-        else:
-            t = torch_times(shape, not a.no_compile, timer, a.warmup, a.repeat)
+        try:
+            if earlier:
+                t = {(p, m): earlier[s, p][m + "_ms"] for p in ("fwd", "both") for m in ("eager", "compile")}
+            else:
+                t = torch_times(shape, not a.no_compile, timer, a.warmup, a.repeat)
+            ms = {p: mine[s, p] if mine else mhc_bench(a.mhc, shape, p, a.warmup, a.repeat) for p in ("fwd", "both")}
+        except KeyError as e:
+            sys.exit(f"torch_compare: no {e} in the --torch-from or --mhc-from file")
         for p in ("fwd", "both"):
-            m = mhc_bench(a.mhc, shape, p, a.warmup, a.repeat)
-            floor = m["bytes"] / (bw * 1e9) * 1e3
-            rows.append({"device": name, "torch": torch.__version__, "copy_gbps": round(bw, 1), "shape": s,
-                         "pass": "fwd" if p == "fwd" else "fwd+bwd", "floor_ms": floor, "eager_ms": t[p, "eager"],
-                         "compile_ms": t.get((p, "compile")), "mhc_ms": m["median_ms"],
+            m = ms[p]
+            floor = m["bytes"] / ((m["copy_gbps"] if offline else bw) * 1e9) * 1e3
+            rows.append({"device": name, "torch": version, "copy_gbps": round(m["copy_gbps"] if offline else bw, 1),
+                         "shape": s, "pass": "fwd" if p == "fwd" else "fwd+bwd", "floor_ms": floor,
+                         "eager_ms": t[p, "eager"], "compile_ms": t.get((p, "compile")), "mhc_ms": m["median_ms"],
                          "mhc_pct_copy_bw": 100 * floor / m["median_ms"], "mhc_device": m["device"],
-                         "torch_from": a.torch_from})
+                         "torch_from": a.torch_from, "mhc_from": a.mhc_from})
             if out:
                 out.write(json.dumps(rows[-1]) + "\n")
                 out.flush()
-            print(f"  measured {s} {p}", file=sys.stderr, flush=True)
+            if not offline:
+                print(f"  measured {s} {p}", file=sys.stderr, flush=True)
     fmt = "{:>14} {:>8} {:>10} {:>10} {:>10} {:>10} {:>9} {:>9} {:>10}"
     print(fmt.format("T,n,D", "pass", "floor ms", "eager ms", "compile ms", "mhc ms", "% copy bw", "vs eager",
                      "vs compile"))
