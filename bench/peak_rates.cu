@@ -3,6 +3,7 @@
 // instruction mhc's kernels use. Each warp runs 8 independent chains so that latency hides;
 // results are stored, so nothing is optimised away. Times are CUDA events around one launch
 // of every SM's worth of blocks, best of 5.
+//   build/peak_rates (built with the CUDA backend), or on its own:
 //   nvcc -std=c++17 -O3 -arch=sm_90 -I src/cuda -I src/common -o /tmp/peak_rates bench/peak_rates.cu && /tmp/peak_rates
 #include <cstdio>
 #include <cstdlib>
