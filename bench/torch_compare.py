@@ -163,10 +163,10 @@ def main():
         print(f"{name}, torch {version}; copy bandwidth {bw:.0f} GB/s (1 GiB device-to-device, read + write)")
         if earlier:
             print(f"PyTorch times from {a.torch_from} (an earlier run on the same card model), mhc's measured now")
-    for src, recs, key in ((a.torch_from, earlier, "device"), (a.mhc_from, mine, "device")):
+    for src, recs in ((a.torch_from, earlier), (a.mhc_from, mine)):
         for r in recs.values():
-            if not r[key].startswith(name):
-                sys.exit(f"torch_compare: {src} was measured on {r[key]}, this is {name}")
+            if not r["device"].startswith(name):
+                sys.exit(f"torch_compare: {src} was measured on {r['device']}, this is {name}")
     out = open(a.json, "w") if a.json else None
     rows = []
     for s in a.shapes:

@@ -447,6 +447,7 @@ template <class R> std::vector<R> dbias_terms(const Problem& p, const TensorMap&
   return per;
 }
 
+// [T,M] per-token terms of dalpha (M = 3) or dbias (M = N)
 template <class R> std::vector<R> token_terms(const std::string& s, const Problem& p, const TensorMap& in) {
   if (s == "dalpha") return dalpha_terms<R>(p, in);
   if (s == "dbias") return dbias_terms<R>(p, in);
@@ -454,21 +455,11 @@ template <class R> std::vector<R> token_terms(const std::string& s, const Proble
   return {};
 }
 
-// acc[3] += sum_t dalpha's terms
-template <class R> void dalpha_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
-  add_over_tokens(dalpha_terms<R>(p, in), p.T(), 3, a, acc);
-}
-
-// acc[N] += sum_t g
-template <class R> void dbias_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
-  add_over_tokens(dbias_terms<R>(p, in), p.T(), p.N(), a, acc);
-}
-
 template <class R> void sum_add(const std::string& s, const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
   if (s == "dphi") return dphi_add<R>(p, in, a, acc);
-  if (s == "dalpha") return dalpha_add<R>(p, in, a, acc);
-  if (s == "dbias") return dbias_add<R>(p, in, a, acc);
   if (s == "dgamma") return dgamma_add<R>(p, in, a, acc);
+  if (s == "dalpha") return add_over_tokens(token_terms<R>(s, p, in), p.T(), 3, a, acc);
+  if (s == "dbias") return add_over_tokens(token_terms<R>(s, p, in), p.T(), p.N(), a, acc);
   MHC_CHECK(false, "no sum over tokens for stage ", s);
 }
 

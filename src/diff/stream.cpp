@@ -162,7 +162,7 @@ struct SumNoise {
 void add_noise(std::map<std::string, SumNoise>& noise, const Case& plain, const Case& oracle, Arith arith) {
   if (!plain.has_gradients()) return;
   for (const Stage& s : stage_table()) {
-    if (!is_token_sum(s) || !has_token_terms(s.name)) continue;
+    if (!has_token_terms(s.name)) continue;
     const int64_t M = numel(stage_shape(s, plain.prob));
     noise[s.name].add(cpu_token_terms(s.name, plain.prob, plain.t, arith),
                       cpu_token_terms(s.name, oracle.prob, oracle.t, Arith(Precision::fp64)), M);
