@@ -133,48 +133,71 @@ __device__ __forceinline__ float half_of(uint2 v, int q) {  // element q (0..3) 
   return q % 2 ? hi_bf16(w) : lo_bf16(w);
 }
 
+// Shared-memory slots of the dx_param tiles, 16-byte units of 8 j each. A plane of phi's
+// column tile is [NP/8][kColTile] units, one of the chunk's dh_mix [NP/8][kChunk]. The
+// swizzles make every ldmatrix below conflict-free: its 8 rows are the columns
+// 4i + e (i = 0..7, e fixed), or the tokens 4(i/2) + (i%2) + 2h (h fixed) of a 16-token step.
+__device__ __forceinline__ int col_slot(int c) { return c ^ ((c >> 3) & 3); }
+__device__ __forceinline__ int tok_slot(int t) { return t ^ ((t >> 2) & 2); }
+
 // dx and P = dh_mixᵀ·x in one pass over x: a block per (kColTile columns, token split), walking
-// its split kChunk tokens at a time. Per chunk, every thread stages a share of dh_mix (fp32, as
-// dh_mixᵀ, for dvecX; and split into bf16 planes hi + mid + lo, for P), coef and h_pre (loaded
-// during the previous chunk), issues the chunk's x and dh_in loads, then
-// warp w takes columns 32w..32w+31 of the tile, lane (g, tig) columns 4g..4g+3 of those and, in
-// each 16-token k-step, tokens 4tig..4tig+3:
-//   dvecX = dh_mix·phi on CUDA cores (j in order, as the golden), phi's tile [N][kColTile] held
-//           in shared memory for the whole split; dx = dvecX·gamma − coef·x + h_pre·dh_in;
-//   P     += dh_mixᵀ·x on tensor cores (mma.sync m16n8k16, j as rows, tokens as the reduction,
-//           columns as n: n-tile nt's column g is the lane's column 4g + nt, and logical tokens
-//           {2tig, 2tig+1, 2tig+8, 2tig+9} are the physical 4tig..4tig+3, the same for A and B).
-//           x is exact in bf16 and the planes sum to dh_mix, so the products are exact; each
-//           chunk's mma chain (2 k-steps x 3 planes) starts from zero and is then added to the
+// its split kChunk tokens at a time, all products on tensor cores (mma.sync m16n8k16, bf16 in,
+// fp32 accumulate) with fp32 operands as bf16 planes hi + mid + lo. Shared memory holds phi's
+// column tile as planes for the whole split, and per chunk dh_mix as planes (staged from
+// registers loaded during the previous chunk), coef and h_pre. Warp w takes columns
+// 32w..32w+31 of the tile; lane (g, tig) holds x and dh_in of columns 4g..4g+3 and, in each
+// 16-token step, tokens 4tig..4tig+3:
+//   dvecX = dh_mix·phi, as dvecXᵀ = phiᵀ·dh_mixᵀ (columns as m, tokens as n, j as k): m-tile
+//           mt's rows g, g + 8 are columns 4g + 2mt, +1 and n-tile nt's columns 2tig, +1 are
+//           tokens 4tig + 2nt, +1, so that the accumulators land on the lane's own x. The
+//           six products of planes qa + qb <= 2 (the rest are below fp32's last bit): first
+//           those with qa + qb >= 1 (k-step by k-step), then hi·hi, one chain from zero, so
+//           that only the last KS steps add to a full-size sum. dx = dvecX·gamma − coef·x + h_pre·dh_in.
+//   P     += dh_mixᵀ·x (j as m, tokens as k, columns as n: n-tile nt's column g is the lane's
+//           column 4g + nt, and logical tokens {2tig, 2tig+1, 2tig+8, 2tig+9} are the
+//           physical 4tig..4tig+3, in A (ldmatrix rows) as in B). x is exact in bf16, so each
+//           chunk's chain (2 k-steps x 3 planes) starts from zero and is then added to the
 //           split's sum in order.
-// Two blocks per SM up to n = 4 (128 registers): faster than one block or 64-token chunks
-// (device run s4-6: 1.64 against 2.13 ms at 16384,4,4096). No spills up to n = 7 since s5-3: the lane's
-// stream and column are divided once per block (the compiler had rematerialised the divisions
-// at every load), dvecX and dx run for both k-steps before the mma block, the j loop is
-// unrolled by 2 (1.50 -> 1.29 ms backward).
+// Two blocks per SM up to n = 4 (128 registers); dvecX on CUDA cores took 47% of the kernel's
+// instructions (s5-6).
 template <int n>
 __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p) {
-  constexpr int N = n * n + 2 * n, MJ = ceil_div(N, 16), NP = 16 * MJ;  // j as m16 tiles, padded
-  constexpr int kLd = kChunk + 16;  // row length of the planes in shared memory (bf16): no bank conflicts
-  extern __shared__ __align__(16) float dyn[];
-  auto phis = reinterpret_cast<float(*)[kColTile]>(dyn);                          // [N][kColTile]
-  auto dhmT = reinterpret_cast<float(*)[kChunk]>(dyn + N * kColTile);             // [N][kChunk]
-  auto planes = reinterpret_cast<__nv_bfloat16(*)[NP][kLd]>(dyn + N * (kColTile + kChunk));  // [kPlanes][NP][kLd]
+  constexpr int N = n * n + 2 * n, MJ = ceil_div(N, 16), KS = MJ, U = 2 * MJ;  // j: m16 tiles / k-steps / units
+  extern __shared__ uint4 dyn[];
+  uint4* phs = dyn;                              // [kPlanes][U][kColTile]: phi
+  uint4* dhs = dyn + kPlanes * U * kColTile;     // [kPlanes][U][kChunk]: dh_mix
   __shared__ float coef[kChunk];
   __shared__ float hp[kChunk][n];
-  const int K = n * p.D, D = p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-  const int kbase = blockIdx.x * kColTile, c4 = 32 * (threadIdx.x / 32) + 4 * g, k4 = kbase + c4;
+  const int K = n * p.D, D = p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, w = threadIdx.x / 32;
+  const int kbase = blockIdx.x * kColTile, c4 = 32 * w + 4 * g, k4 = kbase + c4;
   const int64_t per = ceil_div(p.T, p.splits);
   const int64_t ta = int64_t(blockIdx.y) * per, tb = min(p.T, ta + per);
   const bool vec = D % 4 == 0;  // then 4 consecutive columns lie in one stream, 8-byte aligned
   // the lane's columns: in range, and (when vec) their stream and column of dh_in, divided once
   const bool col_in = k4 < K;
   const int stream = col_in ? k4 / D : 0, kd = k4 - stream * D;
-  // phi's column tile, a column per thread, 8 rows' loads in flight at once (at T = 1 the
-  // kernel went 16.8 -> 14.0 us when this loop stopped waiting for each row, s5-4)
-  const bool own_in = kbase + int(threadIdx.x) < K;
-#pragma unroll 8
-  for (int j = 0; j < N; ++j) phis[j][threadIdx.x] = own_in ? p.phi[int64_t(j) * K + kbase + threadIdx.x] : 0.0f;
+  // the rows this lane addresses in ldmatrix: matrix mi = lane / 8, row i = lane % 8
+  const int mi = lane / 8, i8 = lane % 8;
+  const int tok_row = tok_slot(4 * (i8 / 2) + (i8 % 2) + 2 * (mi >> 1)), tok_unit = mi & 1;
+  // phi's column tile as planes, a column per thread, 8 rows' loads in flight at once
+  {
+    const int64_t k = kbase + int(threadIdx.x);
+    for (int u = 0; u < U; ++u) {
+      float v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = k < K && 8 * u + i < N ? p.phi[int64_t(8 * u + i) * K + k] : 0.0f;
+      uint32_t pw[kPlanes][4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const Planes a(v[2 * i]), b(v[2 * i + 1]);
+#pragma unroll
+        for (int q = 0; q < kPlanes; ++q) pw[q][i] = pack_bf16(a.p[q], b.p[q]);
+      }
+#pragma unroll
+      for (int q = 0; q < kPlanes; ++q)
+        phs[(q * U + u) * kColTile + col_slot(threadIdx.x)] = make_uint4(pw[q][0], pw[q][1], pw[q][2], pw[q][3]);
+    }
+  }
   float gam[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) gam[q] = k4 + q < K ? p.gamma[k4 + q] : 0.0f;
@@ -187,18 +210,20 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[mj][nt][i] = 0.0f;
 
-  // The next chunk's share of dh_mix, h_pre, inv_rms and dinv_rms is loaded into registers
-  // while this chunk is computed, then staged. Element e of dh_mix is (token e % kChunk, j e / kChunk):
-  // a warp stores 32 tokens of one j, consecutive in dhmT and the planes (no bank conflicts).
-  constexpr int kSQ = ceil_div(kChunk * NP, kThreads), kHQ = ceil_div(kChunk * n, kThreads);
+  // The next chunk's dh_mix, h_pre, inv_rms and dinv_rms are loaded into registers while this
+  // chunk is computed, then staged. Item e of dh_mix is token e % kChunk, j = 4 (e / kChunk)
+  // .. +3 (half a unit), one 8-byte store per plane.
+  constexpr int kSQ = ceil_div(kChunk * 2 * U, kThreads), kHQ = ceil_div(kChunk * n, kThreads);
   struct Staged {
-    float dhm[kSQ], hp[kHQ], ir, dinv;
+    float dhm[kSQ][4], hp[kHQ], ir, dinv;
   } nx;
   auto fetch = [&](int64_t c0) {
 #pragma unroll
     for (int q = 0; q < kSQ; ++q) {
-      const int e = threadIdx.x + q * kThreads, tt = e % kChunk, j = e / kChunk;
-      nx.dhm[q] = e < kChunk * NP && c0 + tt < tb && j < N ? p.dh_mix[(c0 + tt) * N + j] : 0.0f;
+      const int e = threadIdx.x + q * kThreads, tt = e % kChunk, j = 4 * (e / kChunk);
+      const bool ok = e < kChunk * 2 * U && c0 + tt < tb;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) nx.dhm[q][i] = ok && j + i < N ? p.dh_mix[(c0 + tt) * N + j + i] : 0.0f;
     }
 #pragma unroll
     for (int q = 0; q < kHQ; ++q) {
@@ -211,15 +236,21 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   };
   fetch(ta);
   for (int64_t c0 = ta; c0 < tb; c0 += kChunk) {
-    __syncthreads();  // the previous chunk is done with the shared tiles
+    __syncthreads();  // the previous chunk is done with the shared tiles (and phi's planes are in)
 #pragma unroll
     for (int q = 0; q < kSQ; ++q) {
-      const int e = threadIdx.x + q * kThreads, tt = e % kChunk, j = e / kChunk;
-      if (e >= kChunk * NP) break;
-      if (j < N) dhmT[j][tt] = nx.dhm[q];
-      const Planes s(nx.dhm[q]);
+      const int e = threadIdx.x + q * kThreads, tt = e % kChunk, hu = e / kChunk;
+      if (e >= kChunk * 2 * U) break;
+      uint32_t pw[kPlanes][2];
 #pragma unroll
-      for (int pl = 0; pl < kPlanes; ++pl) planes[pl][j][tt] = s.p[pl];
+      for (int i = 0; i < 2; ++i) {
+        const Planes a(nx.dhm[q][2 * i]), b(nx.dhm[q][2 * i + 1]);
+#pragma unroll
+        for (int pl = 0; pl < kPlanes; ++pl) pw[pl][i] = pack_bf16(a.p[pl], b.p[pl]);
+      }
+#pragma unroll
+      for (int pl = 0; pl < kPlanes; ++pl)
+        reinterpret_cast<uint2*>(&dhs[(pl * U + hu / 2) * kChunk + tok_slot(tt)])[hu % 2] = make_uint2(pw[pl][0], pw[pl][1]);
     }
 #pragma unroll
     for (int q = 0; q < kHQ; ++q) {
@@ -240,26 +271,53 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
         gv[s][r] = t < tb && vec ? load4(p.dh_in, t, D, kd, true) : make_uint2(0, 0);
       }
 
-    // dvecX and dx, both k-steps first: their registers are free again before P's accumulators
+    // dvecX and dx, both 16-token steps first: their registers are free again before P's accumulators
 #pragma unroll
     for (int s = 0; s < kChunk / 16; ++s) {
       const int tt0 = 16 * s + 4 * tig;  // the lane's first token in the chunk
-      // dvecX for 4 tokens x 4 columns, j in order
-      float dv[4][4];
+      // ldmatrix rows: dh_mix (k = j, n = tokens) and phi (m = columns, k = j) of plane q, k-step ks
+      auto b_row = [&](int q, int ks) { return &dhs[(q * U + 2 * ks + tok_unit) * kChunk + 16 * s + tok_row]; };
+      auto a_row = [&](int q, int mt, int ks) {
+        return &phs[(q * U + 2 * ks + (mi >> 1)) * kColTile + col_slot(c4 - 4 * g + 4 * i8 + 2 * mt + (mi & 1))];
+      };
+      float dvp[2][2][4];  // [mt][nt]: dvecXᵀ fragments
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
+      for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) dv[r][q] = 0.0f;
-#pragma unroll 2
-      for (int j = 0; j < N; ++j) {
-        const float4 d = *reinterpret_cast<const float4*>(&dhmT[j][tt0]);
-        const float4 ph = *reinterpret_cast<const float4*>(&phis[j][c4]);
-        const float dr[4] = {d.x, d.y, d.z, d.w}, pc[4] = {ph.x, ph.y, ph.z, ph.w};
+        for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int r = 0; r < 4; ++r)
+          for (int i = 0; i < 4; ++i) dvp[mt][nt][i] = 0.0f;
+      auto mma4 = [&](const uint32_t (&a)[2][4], const uint32_t (&b)[4]) {
 #pragma unroll
-          for (int q = 0; q < 4; ++q) dv[r][q] = fmaf(dr[r], pc[q], dv[r][q]);
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+          for (int nt = 0; nt < 2; ++nt)
+            mma_bf16(dvp[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[2 * nt], b[2 * nt + 1]);
+      };
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {  // the small products: qa + qb = 1 or 2
+        uint32_t b[kPlanes][4];
+#pragma unroll
+        for (int q = 0; q < kPlanes; ++q) ldsm_x4<false>(b[q], b_row(q, ks));
+#pragma unroll
+        for (int qa = 0; qa < kPlanes; ++qa) {
+          uint32_t a[2][4];
+#pragma unroll
+          for (int mt = 0; mt < 2; ++mt) ldsm_x4<false>(a[mt], a_row(qa, mt, ks));
+#pragma unroll
+          for (int qb = kPlanes - 1 - qa; qb >= (qa == 0 ? 1 : 0); --qb) mma4(a, b[qb]);
+        }
       }
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {  // hi·hi
+        uint32_t a[2][4], b[4];
+        ldsm_x4<false>(b, b_row(0, ks));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) ldsm_x4<false>(a[mt], a_row(0, mt, ks));
+        mma4(a, b);
+      }
+      // dvecX for token 4tig + r, column 4g + q: fragment (mt, nt) = (q / 2, r / 2), element r % 2 + 2 (q % 2)
+      auto dv = [&](int r, int q) { return dvp[q / 2][r / 2][r % 2 + 2 * (q % 2)]; };
       // dx (and dvecX when it is dumped)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
@@ -270,20 +328,20 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
           float o[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q)
-            o[q] = dv[r][q] * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][stream] * half_of(gv[s][r], q);
+            o[q] = dv(r, q) * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][stream] * half_of(gv[s][r], q);
           __align__(8) __nv_bfloat16 b[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q) b[q] = __float2bfloat16_rn(o[q]);
           *reinterpret_cast<uint2*>(p.dx + t * K + k4) = *reinterpret_cast<const uint2*>(b);
-          if (p.dvecX) *reinterpret_cast<float4*>(p.dvecX + t * K + k4) = make_float4(dv[r][0], dv[r][1], dv[r][2], dv[r][3]);
+          if (p.dvecX) *reinterpret_cast<float4*>(p.dvecX + t * K + k4) = make_float4(dv(r, 0), dv(r, 1), dv(r, 2), dv(r, 3));
         } else {
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             const int k = k4 + q;
             if (k >= K) break;
             const float gi = __bfloat162float(p.dh_in[t * D + k % D]);
-            p.dx[t * K + k] = __float2bfloat16_rn(dv[r][q] * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][k / D] * gi);
-            if (p.dvecX) p.dvecX[t * K + k] = dv[r][q];
+            p.dx[t * K + k] = __float2bfloat16_rn(dv(r, q) * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][k / D] * gi);
+            if (p.dvecX) p.dvecX[t * K + k] = dv(r, q);
           }
         }
       }
@@ -299,8 +357,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
         for (int i = 0; i < 4; ++i) cc[mj][nt][i] = 0.0f;
 #pragma unroll
     for (int s = 0; s < kChunk / 16; ++s) {
-      const int tt0 = 16 * s + 4 * tig;
-      // B fragments from the x rows (tokens 4tig, +1 | +2, +3), A fragments from the planes
+      // B fragments from the x rows (tokens 4tig, +1 | +2, +3), A fragments (dh_mixᵀ) by ldmatrix
       uint32_t bf[4][2];
 #pragma unroll
       for (int nt = 0; nt < 4; ++nt) {
@@ -313,10 +370,10 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       for (int mj = 0; mj < MJ; ++mj)
 #pragma unroll
         for (int q = kPlanes - 1; q >= 0; --q) {  // lo, mid, hi
-          const uint2 a01 = *reinterpret_cast<const uint2*>(&planes[q][16 * mj + g][tt0]);
-          const uint2 a23 = *reinterpret_cast<const uint2*>(&planes[q][16 * mj + 8 + g][tt0]);
+          uint32_t a[4];  // matrices (j 0-7 | 8-15) x (logical tokens 0-7 | 8-15), transposed
+          ldsm_x4<true>(a, &dhs[(q * U + 2 * mj + tok_unit) * kChunk + 16 * s + tok_row]);
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) mma_bf16(cc[mj][nt], a01.x, a23.x, a01.y, a23.y, bf[nt][0], bf[nt][1]);
+          for (int nt = 0; nt < 4; ++nt) mma_bf16(cc[mj][nt], a[0], a[1], a[2], a[3], bf[nt][0], bf[nt][1]);
         }
     }
 #pragma unroll
@@ -337,7 +394,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const int k = kbase + 32 * (threadIdx.x / 32) + 4 * (2 * tig + i) + nt;
+          const int k = kbase + 32 * w + 4 * (2 * tig + i) + nt;
           if (k < K) p.partial[(int64_t(blockIdx.y) * N + j) * K + k] = acc[mj][nt][2 * h + i];
         }
     }
@@ -385,8 +442,8 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
   const unsigned ktiles = unsigned(ceil_div(K, kThreads)), ctiles = unsigned(ceil_div(K, kColTile));
-  constexpr int NP = 16 * ceil_div(N, 16);
-  const size_t smem = size_t(N) * (kColTile + kChunk) * sizeof(float) + kPlanes * NP * (kChunk + 16) * 2;  // 104 KB at n = 8
+  constexpr int U = 2 * ceil_div(N, 16);
+  const size_t smem = size_t(kPlanes) * U * (kColTile + kChunk) * sizeof(uint4);  // 54 KB at n = 4, 135 KB at n = 8
   CUDA_CHECK(cudaFuncSetAttribute(dx_param<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
