@@ -18,6 +18,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
 constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: 2 k-steps
 constexpr int kSplitTok = 128;         // tokens per split at least
+constexpr int kRing = 2 * 4 * kChunk / 16;  // a dx_param thread's 8-byte pieces of x and dh_in per chunk
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole k-steps; one thread per token loads coef");
 static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 static_assert(kThreads % 32 == 0, "block_sums shuffles whole warps");
@@ -172,7 +173,6 @@ __device__ __forceinline__ int tok_slot(int t) { return t ^ ((t >> 2) & 2); }
 template <int n>
 __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p) {
   constexpr int N = n * n + 2 * n, MJ = ceil_div(N, 16), KS = MJ, U = 2 * MJ;  // j: m16 tiles / k-steps / units
-  constexpr int kRing = 2 * 4 * kChunk / 16;    // a thread's 8-byte pieces of x and dh_in per chunk
   extern __shared__ uint4 dyn[];
   uint4* phs = dyn;                              // [kPlanes][U][kColTile]: phi
   uint4* dhs = dyn + kPlanes * U * kColTile;     // [kPlanes][U][kChunk]: dh_mix
@@ -478,7 +478,7 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   const int K = n * p.D;
   const unsigned ktiles = unsigned(ceil_div(K, kThreads)), ctiles = unsigned(ceil_div(K, kColTile));
   constexpr int U = 2 * ceil_div(N, 16);
-  const size_t smem = size_t(kPlanes) * U * (kColTile + kChunk) * sizeof(uint4) + 8 * kChunk * kThreads * sizeof(uint2);  // 86 KB at n = 4, 167 KB at n = 8
+  const size_t smem = size_t(kPlanes) * U * (kColTile + kChunk) * sizeof(uint4) + size_t(kRing) * kThreads * sizeof(uint2);  // 86 KB at n = 4, 167 KB at n = 8
   CUDA_CHECK(cudaFuncSetAttribute(dx_param<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());

@@ -23,12 +23,11 @@ struct CudaOutOfMemory : UserError {
 inline void cuda_check(cudaError_t err, const char* call, const char* file, int line) {
   if (err == cudaSuccess) return;
   std::string where = std::string(call) + " at " + file + ":" + std::to_string(line) + ": " + cudaGetErrorString(err);
-  if (err == cudaErrorMemoryAllocation) {
-    // Not sticky, but kept as the last error: cleared here (the call that reads it is the
-    // check's own), or the next launch's CUDA_CHECK(cudaGetLastError()) would report it again.
-    (void)cudaGetLastError();
-    throw CudaOutOfMemory("CUDA out of device memory in " + where);
-  }
+  // A failed API call's error (not sticky) is kept as the last error: cleared here, or the next
+  // launch's CUDA_CHECK(cudaGetLastError()) would report it again, for another case of the same
+  // process (mhc check runs many). A sticky error (a kernel fault) stays, as it must.
+  (void)cudaGetLastError();
+  if (err == cudaErrorMemoryAllocation) throw CudaOutOfMemory("CUDA out of device memory in " + where);
   throw std::runtime_error("CUDA error in " + where);
 }
 
