@@ -18,7 +18,6 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
 constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: 2 k-steps
 constexpr int kSplitTok = 128;         // tokens per split at least
-constexpr int kRing = 2 * 4 * kChunk / 16;  // a dx_param thread's 8-byte pieces of x and dh_in per chunk
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole k-steps; one thread per token loads coef");
 static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 static_assert(kThreads % 32 == 0, "block_sums shuffles whole warps");
@@ -134,15 +133,6 @@ __device__ __forceinline__ float half_of(uint2 v, int q) {  // element q (0..3) 
   return q % 2 ? hi_bf16(w) : lo_bf16(w);
 }
 
-// 8 bytes from global to shared memory without the registers (cp.async; zeros where !in),
-// and the wait for all of this thread's copies.
-__device__ __forceinline__ void copy8_async(void* dst, const void* src, bool in) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-               "l"(src), "r"(in ? 8 : 0)
-               : "memory");
-}
-__device__ __forceinline__ void copies_wait() { asm volatile("cp.async.wait_all;" ::: "memory"); }
-
 // Shared-memory slots of the dx_param tiles, 16-byte units of 8 j each. A plane of phi's
 // column tile is [NP/8][kColTile] units, one of the chunk's dh_mix [NP/8][kChunk]. The
 // swizzles make every ldmatrix below conflict-free: its 8 rows are the columns
@@ -176,7 +166,6 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   extern __shared__ uint4 dyn[];
   uint4* phs = dyn;                              // [kPlanes][U][kColTile]: phi
   uint4* dhs = dyn + kPlanes * U * kColTile;     // [kPlanes][U][kChunk]: dh_mix
-  uint2* ring = reinterpret_cast<uint2*>(dhs + kPlanes * U * kChunk);  // [kRing][kThreads]: the next chunk's x, dh_in
   __shared__ float coef[kChunk];
   __shared__ float hp[kChunk][n];
   const int K = n * p.D, D = p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, w = threadIdx.x / 32;
@@ -245,29 +234,8 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     nx.ir = tok ? p.inv_rms[c0 + threadIdx.x] : 0.0f;
     nx.dinv = tok ? p.dinv_rms[c0 + threadIdx.x] : 0.0f;
   };
-  // A chunk's x and dh_in (the lane's 4 columns of tokens 16s + 4tig + r) go through the ring:
-  // copied during the previous chunk's math, each thread its own pieces, read back between the
-  // chunk's two barriers (the second one frees the ring for the next copies). x element by
-  // element where K % 4 != 0 (read directly, no copy), dh_in only where D % 4 == 0 (else dx reads it).
-  const bool vec_x = K % 4 == 0;
-  auto issue = [&](int64_t c0) {
-    const int64_t t0 = c0 + 4 * tig;
-    const __nv_bfloat16 *xs = p.x + t0 * K + k4, *gs = p.dh_in + t0 * D + kd;
-#pragma unroll
-    for (int s = 0; s < kChunk / 16; ++s)
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int o = 16 * s + r;
-        const bool in = t0 + o < tb && col_in;
-        uint2* slot = ring + (2 * (4 * s + r)) * kThreads + threadIdx.x;
-        if (vec_x) copy8_async(slot, in ? xs + int64_t(o) * K : p.x, in);
-        copy8_async(slot + kThreads, in && vec ? gs + int64_t(o) * D : p.dh_in, in && vec);
-      }
-  };
   fetch(ta);
-  issue(ta);
   for (int64_t c0 = ta; c0 < tb; c0 += kChunk) {
-    copies_wait();
     __syncthreads();  // the previous chunk is done with the shared tiles (and phi's planes are in)
 #pragma unroll
     for (int q = 0; q < kSQ; ++q) {
@@ -290,21 +258,18 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       if (e < kChunk * n) hp[e / n][e % n] = nx.hp[q];
     }
     if (threadIdx.x < kChunk) coef[threadIdx.x] = nx.dinv * nx.ir * nx.ir * nx.ir / float(K);
-    uint2 xv[kChunk / 16][4], gv[kChunk / 16][4];  // this chunk's x and dh_in
+    __syncthreads();
+    if (c0 + kChunk < tb) fetch(c0 + kChunk);
+    // this chunk's x and dh_in, every load issued before the math
+    uint2 xv[kChunk / 16][4], gv[kChunk / 16][4];
 #pragma unroll
     for (int s = 0; s < kChunk / 16; ++s)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const int64_t t = c0 + 16 * s + 4 * tig + r;
-        const uint2* slot = ring + (2 * (4 * s + r)) * kThreads + threadIdx.x;
-        xv[s][r] = vec_x ? slot[0] : t < tb ? load4(p.x, t, K, k4, false) : make_uint2(0, 0);
-        gv[s][r] = slot[kThreads];
+        xv[s][r] = t < tb ? load4(p.x, t, K, k4, K % 4 == 0) : make_uint2(0, 0);
+        gv[s][r] = t < tb && vec ? load4(p.dh_in, t, D, kd, true) : make_uint2(0, 0);
       }
-    __syncthreads();
-    if (c0 + kChunk < tb) {
-      fetch(c0 + kChunk);
-      issue(c0 + kChunk);
-    }
 
     // dvecX and dx, both 16-token steps first: their registers are free again before P's accumulators
 #pragma unroll
@@ -478,7 +443,7 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   const int K = n * p.D;
   const unsigned ktiles = unsigned(ceil_div(K, kThreads)), ctiles = unsigned(ceil_div(K, kColTile));
   constexpr int U = 2 * ceil_div(N, 16);
-  const size_t smem = size_t(kPlanes) * U * (kColTile + kChunk) * sizeof(uint4) + size_t(kRing) * kThreads * sizeof(uint2);  // 86 KB at n = 4, 167 KB at n = 8
+  const size_t smem = size_t(kPlanes) * U * (kColTile + kChunk) * sizeof(uint4);  // 54 KB at n = 4, 135 KB at n = 8
   CUDA_CHECK(cudaFuncSetAttribute(dx_param<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
