@@ -15,12 +15,11 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kDxThreads = 128;        // dx_param's blocks: 4 warps, so that 3 fit an SM at n <= 4
-constexpr int kColTile = kDxThreads;   // columns of K per dx_param block: 32 a warp, 4 a lane
+constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
 constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: 2 k-steps
 constexpr int kSplitTok = 128;         // tokens per split at least
-static_assert(kChunk % 16 == 0 && kChunk <= kDxThreads, "whole k-steps; one thread per token loads coef");
-static_assert(kColTile == kDxThreads && kDxThreads % 32 == 0, "dx_param loads phi's tile a column per thread");
+static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole k-steps; one thread per token loads coef");
+static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 static_assert(kThreads % 32 == 0, "block_sums shuffles whole warps");
 
 // Fixed-order sums over the block of m values per thread, returned in every thread: a butterfly
@@ -159,13 +158,11 @@ __device__ __forceinline__ int tok_slot(int t) { return t ^ ((t >> 2) & 2); }
 //           physical 4tig..4tig+3, in A (ldmatrix rows) as in B). x is exact in bf16, so each
 //           chunk's chain (2 k-steps x 3 planes) starts from zero and is then added to the
 //           split's sum in order.
-// Up to n = 4 (two k-steps) each lane holds its fragments of phi's planes in registers for the
-// whole split (48 registers; reloading them per step made shared memory the limiter, s6-3),
-// three blocks of 4 warps per SM; beyond, they are reloaded per step, two blocks per SM.
+// Two blocks per SM up to n = 4 (128 registers); dvecX on CUDA cores took 47% of the kernel's
+// instructions (s5-6).
 template <int n>
-__global__ void __launch_bounds__(kDxThreads, n <= 4 ? 3 : 2) dx_param(BwdParams p) {
+__global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p) {
   constexpr int N = n * n + 2 * n, MJ = ceil_div(N, 16), KS = MJ, U = 2 * MJ;  // j: m16 tiles / k-steps / units
-  constexpr bool kHoldA = KS <= 2;
   extern __shared__ uint4 dyn[];
   uint4* phs = dyn;                              // [kPlanes][U][kColTile]: phi
   uint4* dhs = dyn + kPlanes * U * kColTile;     // [kPlanes][U][kChunk]: dh_mix
@@ -204,28 +201,6 @@ __global__ void __launch_bounds__(kDxThreads, n <= 4 ? 3 : 2) dx_param(BwdParams
   float gam[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) gam[q] = k4 + q < K ? p.gamma[k4 + q] : 0.0f;
-  // ldmatrix rows of phi (m = columns, k = j) of plane q, m-tile mt, k-step ks, and its fragments
-  auto a_row = [&](int q, int mt, int ks) {
-    return &phs[(q * U + 2 * ks + (mi >> 1)) * kColTile + col_slot(32 * w + 4 * i8 + 2 * mt + (mi & 1))];
-  };
-  uint32_t ah[kHoldA ? kPlanes : 1][2][kHoldA ? KS : 1][4];
-  if constexpr (kHoldA) {
-    __syncthreads();  // phi's planes are in
-#pragma unroll
-    for (int q = 0; q < kPlanes; ++q)
-#pragma unroll
-      for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-        for (int ks = 0; ks < KS; ++ks) ldsm_x4<false>(ah[q][mt][ks], a_row(q, mt, ks));
-  }
-  auto a_frag = [&](uint32_t (&a)[4], int q, int mt, int ks) {
-    if constexpr (kHoldA) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) a[i] = ah[q][mt][ks][i];
-    } else {
-      ldsm_x4<false>(a, a_row(q, mt, ks));
-    }
-  };
 
   float acc[MJ][4][4];  // P for j tile mj, n-tile nt (the split's sum)
 #pragma unroll
@@ -238,21 +213,21 @@ __global__ void __launch_bounds__(kDxThreads, n <= 4 ? 3 : 2) dx_param(BwdParams
   // The next chunk's dh_mix, h_pre, inv_rms and dinv_rms are loaded into registers while this
   // chunk is computed, then staged. Item e of dh_mix is token e % kChunk, j = 4 (e / kChunk)
   // .. +3 (half a unit), one 8-byte store per plane.
-  constexpr int kSQ = ceil_div(kChunk * 2 * U, kDxThreads), kHQ = ceil_div(kChunk * n, kDxThreads);
+  constexpr int kSQ = ceil_div(kChunk * 2 * U, kThreads), kHQ = ceil_div(kChunk * n, kThreads);
   struct Staged {
     float dhm[kSQ][4], hp[kHQ], ir, dinv;
   } nx;
   auto fetch = [&](int64_t c0) {
 #pragma unroll
     for (int q = 0; q < kSQ; ++q) {
-      const int e = threadIdx.x + q * kDxThreads, tt = e % kChunk, j = 4 * (e / kChunk);
+      const int e = threadIdx.x + q * kThreads, tt = e % kChunk, j = 4 * (e / kChunk);
       const bool ok = e < kChunk * 2 * U && c0 + tt < tb;
 #pragma unroll
       for (int i = 0; i < 4; ++i) nx.dhm[q][i] = ok && j + i < N ? p.dh_mix[(c0 + tt) * N + j + i] : 0.0f;
     }
 #pragma unroll
     for (int q = 0; q < kHQ; ++q) {
-      const int e = threadIdx.x + q * kDxThreads;
+      const int e = threadIdx.x + q * kThreads;
       nx.hp[q] = e < kChunk * n && c0 + e / n < tb ? p.h_pre[(c0 + e / n) * n + e % n] : 0.0f;
     }
     const bool tok = threadIdx.x < kChunk && c0 + threadIdx.x < tb;
@@ -264,7 +239,7 @@ __global__ void __launch_bounds__(kDxThreads, n <= 4 ? 3 : 2) dx_param(BwdParams
     __syncthreads();  // the previous chunk is done with the shared tiles (and phi's planes are in)
 #pragma unroll
     for (int q = 0; q < kSQ; ++q) {
-      const int e = threadIdx.x + q * kDxThreads, tt = e % kChunk, hu = e / kChunk;
+      const int e = threadIdx.x + q * kThreads, tt = e % kChunk, hu = e / kChunk;
       if (e >= kChunk * 2 * U) break;
       uint32_t pw[kPlanes][2];
 #pragma unroll
@@ -279,7 +254,7 @@ __global__ void __launch_bounds__(kDxThreads, n <= 4 ? 3 : 2) dx_param(BwdParams
     }
 #pragma unroll
     for (int q = 0; q < kHQ; ++q) {
-      const int e = threadIdx.x + q * kDxThreads;
+      const int e = threadIdx.x + q * kThreads;
       if (e < kChunk * n) hp[e / n][e % n] = nx.hp[q];
     }
     if (threadIdx.x < kChunk) coef[threadIdx.x] = nx.dinv * nx.ir * nx.ir * nx.ir / float(K);
@@ -300,8 +275,11 @@ __global__ void __launch_bounds__(kDxThreads, n <= 4 ? 3 : 2) dx_param(BwdParams
 #pragma unroll
     for (int s = 0; s < kChunk / 16; ++s) {
       const int tt0 = 16 * s + 4 * tig;  // the lane's first token in the chunk
-      // ldmatrix rows of dh_mix (k = j, n = tokens) of plane q, k-step ks
+      // ldmatrix rows: dh_mix (k = j, n = tokens) and phi (m = columns, k = j) of plane q, k-step ks
       auto b_row = [&](int q, int ks) { return &dhs[(q * U + 2 * ks + tok_unit) * kChunk + 16 * s + tok_row]; };
+      auto a_row = [&](int q, int mt, int ks) {
+        return &phs[(q * U + 2 * ks + (mi >> 1)) * kColTile + col_slot(c4 - 4 * g + 4 * i8 + 2 * mt + (mi & 1))];
+      };
       float dvp[2][2][4];  // [mt][nt]: dvecXᵀ fragments
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -325,7 +303,7 @@ __global__ void __launch_bounds__(kDxThreads, n <= 4 ? 3 : 2) dx_param(BwdParams
         for (int qa = 0; qa < kPlanes; ++qa) {
           uint32_t a[2][4];
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) a_frag(a[mt], qa, mt, ks);
+          for (int mt = 0; mt < 2; ++mt) ldsm_x4<false>(a[mt], a_row(qa, mt, ks));
 #pragma unroll
           for (int qb = kPlanes - 1 - qa; qb >= (qa == 0 ? 1 : 0); --qb) mma4(a, b[qb]);
         }
@@ -335,7 +313,7 @@ __global__ void __launch_bounds__(kDxThreads, n <= 4 ? 3 : 2) dx_param(BwdParams
         uint32_t a[2][4], b[4];
         ldsm_x4<false>(b, b_row(0, ks));
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) a_frag(a[mt], 0, mt, ks);
+        for (int mt = 0; mt < 2; ++mt) ldsm_x4<false>(a[mt], a_row(0, mt, ks));
         mma4(a, b);
       }
       // dvecX for token 4tig + r, column 4g + q: fragment (mt, nt) = (q / 2, r / 2), element r % 2 + 2 (q % 2)
@@ -465,11 +443,11 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   const int K = n * p.D;
   const unsigned ktiles = unsigned(ceil_div(K, kThreads)), ctiles = unsigned(ceil_div(K, kColTile));
   constexpr int U = 2 * ceil_div(N, 16);
-  const size_t smem = size_t(kPlanes) * U * (kColTile + kChunk) * sizeof(uint4);  // 30 KB at n = 4, 75 KB at n = 8
+  const size_t smem = size_t(kPlanes) * U * (kColTile + kChunk) * sizeof(uint4);  // 54 KB at n = 4, 135 KB at n = 8
   CUDA_CHECK(cudaFuncSetAttribute(dx_param<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
-  dx_param<n><<<dim3(ctiles, unsigned(p.splits)), kDxThreads, smem, s>>>(p);
+  dx_param<n><<<dim3(ctiles, unsigned(p.splits)), kThreads, smem, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   param_final<n><<<ktiles + 3 + N, kThreads, 0, s>>>(p, int(ktiles));
   CUDA_CHECK(cudaGetLastError());
@@ -479,7 +457,7 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
 
 int token_splits(int64_t T, int64_t K) {
   int64_t ktiles = ceil_div(K, kColTile);
-  int64_t want = std::max<int64_t>(1, 2048 / ktiles);  // about 2048 blocks in all
+  int64_t want = std::max<int64_t>(1, 1024 / ktiles);  // about 1024 blocks in all
   int64_t most = std::max<int64_t>(1, T / kSplitTok);
   return int(std::min(want, most));
 }
