@@ -153,16 +153,19 @@ __device__ __forceinline__ int tok_slot(int t) { return t ^ ((t >> 2) & 2); }
 //           six products of planes qa + qb <= 2 (the rest are below fp32's last bit): first
 //           those with qa + qb >= 1 (k-step by k-step), then hi·hi, one chain from zero, so
 //           that only the last KS steps add to a full-size sum. dx = dvecX·gamma − coef·x + h_pre·dh_in.
-//   P     += dh_mixᵀ·x (j as m, tokens as k, columns as n: n-tile nt's column g is the lane's
-//           column 4g + nt, and logical tokens {2tig, 2tig+1, 2tig+8, 2tig+9} are the
-//           physical 4tig..4tig+3, in A (ldmatrix rows) as in B). x is exact in bf16, so each
-//           chunk's chain (2 k-steps x 3 planes) starts from zero and is then added to the
-//           split's sum in order.
+//           Where at most 8 j are left for the last k-step (n = 1, 2, 4, 5) it is an m16n8k8.
+//   P     += dh_mixᵀ·x, as Pᵀ = xᵀ·dh_mix (columns as m, mapped as in dvecX; j as n-tiles of 8;
+//           tokens as k: logical tokens {2tig, 2tig+1, 2tig+8, 2tig+9} are the physical
+//           4tig..4tig+3, in A, the lane's own x, as in B, ldmatrix rows). x is exact in bf16,
+//           so each chunk's chain (2 token steps x 3 planes) starts from zero and is then added
+//           to the split's sum in order.
 // Two blocks per SM up to n = 4 (128 registers); dvecX on CUDA cores took 47% of the kernel's
 // instructions (s5-6).
 template <int n>
 __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p) {
-  constexpr int N = n * n + 2 * n, MJ = ceil_div(N, 16), KS = MJ, U = 2 * MJ;  // j: m16 tiles / k-steps / units
+  constexpr int N = n * n + 2 * n, KS = ceil_div(N, 16), U = 2 * KS;  // j: k16 steps, 16-byte units
+  constexpr bool kTail8 = N - 16 * (KS - 1) <= 8;                     // the last k-step as k = 8
+  constexpr int NJ = ceil_div(N, 8);                                   // j: n8 tiles of P
   extern __shared__ uint4 dyn[];
   uint4* phs = dyn;                              // [kPlanes][U][kColTile]: phi
   uint4* dhs = dyn + kPlanes * U * kColTile;     // [kPlanes][U][kChunk]: dh_mix
@@ -178,7 +181,9 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   const int stream = col_in ? k4 / D : 0, kd = k4 - stream * D;
   // the rows this lane addresses in ldmatrix: matrix mi = lane / 8, row i = lane % 8
   const int mi = lane / 8, i8 = lane % 8;
+  // dvecX's B (matrices: k-half mi & 1 of n-tile mi >> 1) and P's B (j-tile mi >> 1, k-half mi & 1)
   const int tok_row = tok_slot(4 * (i8 / 2) + (i8 % 2) + 2 * (mi >> 1)), tok_unit = mi & 1;
+  const int ptok_row = tok_slot(4 * (i8 / 2) + (i8 % 2) + 2 * (mi & 1)), ptok_unit = mi >> 1;
   // phi's column tile as planes, a column per thread, 8 rows' loads in flight at once
   {
     const int64_t k = kbase + int(threadIdx.x);
@@ -202,13 +207,13 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
 #pragma unroll
   for (int q = 0; q < 4; ++q) gam[q] = k4 + q < K ? p.gamma[k4 + q] : 0.0f;
 
-  float acc[MJ][4][4];  // P for j tile mj, n-tile nt (the split's sum)
+  float acc[2][NJ][4];  // Pᵀ for column tile mt, j tile nj (the split's sum)
 #pragma unroll
-  for (int mj = 0; mj < MJ; ++mj)
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+    for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mj][nt][i] = 0.0f;
+      for (int i = 0; i < 4; ++i) acc[mt][nj][i] = 0.0f;
 
   // The next chunk's dh_mix, h_pre, inv_rms and dinv_rms are loaded into registers while this
   // chunk is computed, then staged. Item e of dh_mix is token e % kChunk, j = 4 (e / kChunk)
@@ -259,7 +264,6 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     }
     if (threadIdx.x < kChunk) coef[threadIdx.x] = nx.dinv * nx.ir * nx.ir * nx.ir / float(K);
     __syncthreads();
-    if (c0 + kChunk < tb) fetch(c0 + kChunk);
     // this chunk's x and dh_in, every load issued before the math
     uint2 xv[kChunk / 16][4], gv[kChunk / 16][4];
 #pragma unroll
@@ -280,6 +284,26 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       auto a_row = [&](int q, int mt, int ks) {
         return &phs[(q * U + 2 * ks + (mi >> 1)) * kColTile + col_slot(c4 - 4 * g + 4 * i8 + 2 * mt + (mi & 1))];
       };
+      // their fragments; a k = 8 step takes the first k-half alone (ldmatrix.x2: matrices 0, 1 of
+      // phi's rows; dh_mix's k-half 0 of n-tiles 0, 1, the rows of P's B below)
+      auto load_a = [&](uint32_t (&a)[4], int q, int mt, int ks) {
+        if (kTail8 && ks == KS - 1) {
+          uint32_t h[2];
+          ldsm_x2(h, a_row(q, mt, ks));
+          a[0] = h[0], a[1] = h[1], a[2] = a[3] = 0;
+        } else {
+          ldsm_x4<false>(a, a_row(q, mt, ks));
+        }
+      };
+      auto load_b = [&](uint32_t (&b)[4], int q, int ks) {
+        if (kTail8 && ks == KS - 1) {
+          uint32_t h[2];
+          ldsm_x2(h, &dhs[(q * U + 2 * ks) * kChunk + 16 * s + ptok_row]);
+          b[0] = h[0], b[2] = h[1], b[1] = b[3] = 0;
+        } else {
+          ldsm_x4<false>(b, b_row(q, ks));
+        }
+      };
       float dvp[2][2][4];  // [mt][nt]: dvecXᵀ fragments
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt)
@@ -287,34 +311,37 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) dvp[mt][nt][i] = 0.0f;
-      auto mma4 = [&](const uint32_t (&a)[2][4], const uint32_t (&b)[4]) {
+      auto mma4 = [&](const uint32_t (&a)[2][4], const uint32_t (&b)[4], int ks) {
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt)
-            mma_bf16(dvp[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[2 * nt], b[2 * nt + 1]);
+            if (kTail8 && ks == KS - 1)
+              mma_bf16_k8(dvp[mt][nt], a[mt][0], a[mt][1], b[2 * nt]);
+            else
+              mma_bf16(dvp[mt][nt], a[mt][0], a[mt][1], a[mt][2], a[mt][3], b[2 * nt], b[2 * nt + 1]);
       };
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) {  // the small products: qa + qb = 1 or 2
         uint32_t b[kPlanes][4];
 #pragma unroll
-        for (int q = 0; q < kPlanes; ++q) ldsm_x4<false>(b[q], b_row(q, ks));
+        for (int q = 0; q < kPlanes; ++q) load_b(b[q], q, ks);
 #pragma unroll
         for (int qa = 0; qa < kPlanes; ++qa) {
           uint32_t a[2][4];
 #pragma unroll
-          for (int mt = 0; mt < 2; ++mt) ldsm_x4<false>(a[mt], a_row(qa, mt, ks));
+          for (int mt = 0; mt < 2; ++mt) load_a(a[mt], qa, mt, ks);
 #pragma unroll
-          for (int qb = kPlanes - 1 - qa; qb >= (qa == 0 ? 1 : 0); --qb) mma4(a, b[qb]);
+          for (int qb = kPlanes - 1 - qa; qb >= (qa == 0 ? 1 : 0); --qb) mma4(a, b[qb], ks);
         }
       }
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) {  // hi·hi
         uint32_t a[2][4], b[4];
-        ldsm_x4<false>(b, b_row(0, ks));
+        load_b(b, 0, ks);
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt) ldsm_x4<false>(a[mt], a_row(0, mt, ks));
-        mma4(a, b);
+        for (int mt = 0; mt < 2; ++mt) load_a(a[mt], 0, mt, ks);
+        mma4(a, b, ks);
       }
       // dvecX for token 4tig + r, column 4g + q: fragment (mt, nt) = (q / 2, r / 2), element r % 2 + 2 (q % 2)
       auto dv = [&](int r, int q) { return dvp[q / 2][r / 2][r % 2 + 2 * (q % 2)]; };
@@ -347,57 +374,56 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       }
     }
 
-    // P: the chunk's chain (k-step 0 then 1; planes lo, mid, hi) from zero, then into the split's sum
-    float cc[MJ][4][4];
+    if (c0 + kChunk < tb) fetch(c0 + kChunk);
+    // P: the chunk's chain (token step 0 then 1; planes lo, mid, hi) from zero, then into the split's sum
+    float cc[2][NJ][4];
 #pragma unroll
-    for (int mj = 0; mj < MJ; ++mj)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) cc[mj][nt][i] = 0.0f;
+        for (int i = 0; i < 4; ++i) cc[mt][nj][i] = 0.0f;
 #pragma unroll
     for (int s = 0; s < kChunk / 16; ++s) {
-      // B fragments from the x rows (tokens 4tig, +1 | +2, +3), A fragments (dh_mixᵀ) by ldmatrix
-      uint32_t bf[4][2];
+      // A fragments from the x rows (tokens 4tig, +1 | +2, +3): row g of m-tile mt is column
+      // 4g + 2mt (low halves of word mt of each row), row g + 8 column 4g + 2mt + 1 (high halves)
+      uint32_t af[2][4];
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt) {
-        const uint32_t u0 = nt < 2 ? xv[s][0].x : xv[s][0].y, u1 = nt < 2 ? xv[s][1].x : xv[s][1].y;
-        const uint32_t u2 = nt < 2 ? xv[s][2].x : xv[s][2].y, u3 = nt < 2 ? xv[s][3].x : xv[s][3].y;
-        bf[nt][0] = nt % 2 ? pair_hi(u0, u1) : pair_lo(u0, u1);
-        bf[nt][1] = nt % 2 ? pair_hi(u2, u3) : pair_lo(u2, u3);
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint32_t u0 = mt ? xv[s][0].y : xv[s][0].x, u1 = mt ? xv[s][1].y : xv[s][1].x;
+        const uint32_t u2 = mt ? xv[s][2].y : xv[s][2].x, u3 = mt ? xv[s][3].y : xv[s][3].x;
+        af[mt][0] = pair_lo(u0, u1), af[mt][1] = pair_hi(u0, u1), af[mt][2] = pair_lo(u2, u3), af[mt][3] = pair_hi(u2, u3);
       }
 #pragma unroll
-      for (int mj = 0; mj < MJ; ++mj)
+      for (int q = kPlanes - 1; q >= 0; --q)  // lo, mid, hi
 #pragma unroll
-        for (int q = kPlanes - 1; q >= 0; --q) {  // lo, mid, hi
-          uint32_t a[4];  // matrices (j 0-7 | 8-15) x (logical tokens 0-7 | 8-15), transposed
-          ldsm_x4<true>(a, &dhs[(q * U + 2 * mj + tok_unit) * kChunk + 16 * s + tok_row]);
+        for (int nj = 0; nj < NJ; nj += 2) {
+          uint32_t b[4];  // matrices (j-tile nj | nj + 1) x (logical tokens 0-7 | 8-15), transposed
+          ldsm_x4<true>(b, &dhs[(q * U + nj + ptok_unit) * kChunk + 16 * s + ptok_row]);
 #pragma unroll
-          for (int nt = 0; nt < 4; ++nt) mma_bf16(cc[mj][nt], a[0], a[1], a[2], a[3], bf[nt][0], bf[nt][1]);
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2 && nj + h < NJ; ++h)
+              mma_bf16(cc[mt][nj + h], af[mt][0], af[mt][1], af[mt][2], af[mt][3], b[2 * h], b[2 * h + 1]);
         }
     }
 #pragma unroll
-    for (int mj = 0; mj < MJ; ++mj)
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
+      for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[mj][nt][i] += cc[mj][nt][i];
+        for (int i = 0; i < 4; ++i) acc[mt][nj][i] += cc[mt][nj][i];
   }
-  // C fragment (row j = 16 mj + g (+8), n-index 2tig + i of n-tile nt) is column 4 (2tig + i) + nt
+  // C fragment (row g (+8) of m-tile mt: column 4g + 2mt (+1); n-index 2tig + i of j-tile nj)
 #pragma unroll
-  for (int mj = 0; mj < MJ; ++mj)
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int j = 16 * mj + 8 * h + g;
-      if (j >= N) continue;
+    for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
-      for (int nt = 0; nt < 4; ++nt)
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const int k = kbase + 32 * w + 4 * (2 * tig + i) + nt;
-          if (k < K) p.partial[(int64_t(blockIdx.y) * N + j) * K + k] = acc[mj][nt][2 * h + i];
-        }
-    }
+      for (int i = 0; i < 4; ++i) {
+        const int k = k4 + 2 * mt + i / 2, j = 8 * nj + 2 * tig + i % 2;
+        if (j < N && k < K) p.partial[(int64_t(blockIdx.y) * N + j) * K + k] = acc[mt][nj][i];
+      }
 }
 
 // Blocks 0 .. ktiles-1, a column k per thread: P[j,k] summed over the splits in order, then dphi
