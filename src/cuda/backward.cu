@@ -264,15 +264,26 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     }
     if (threadIdx.x < kChunk) coef[threadIdx.x] = nx.dinv * nx.ir * nx.ir * nx.ir / float(K);
     __syncthreads();
-    // this chunk's x and dh_in, every load issued before the math
+    // this chunk's x and dh_in, every load issued before the math. The lane's tokens are
+    // t0 + o, o = 16 s + r, in range for o < left; the offsets of row t0 are computed once
+    // (x, dx and dvecX share them) and row o adds o·K (the compiler had redone the 64-bit
+    // index arithmetic and predicates per row: ~190 instructions per chunk for 16 loads, s6-6).
+    const int64_t t0 = c0 + 4 * tig, xoff = t0 * K + k4;
+    const int left = int(min(tb - t0, int64_t(kChunk)));
     uint2 xv[kChunk / 16][4], gv[kChunk / 16][4];
 #pragma unroll
     for (int s = 0; s < kChunk / 16; ++s)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int64_t t = c0 + 16 * s + 4 * tig + r;
-        xv[s][r] = t < tb ? load4(p.x, t, K, k4, K % 4 == 0) : make_uint2(0, 0);
-        gv[s][r] = t < tb && vec ? load4(p.dh_in, t, D, kd, true) : make_uint2(0, 0);
+        const int o = 16 * s + r;
+        const bool in = o < left && col_in;
+        if (vec) {
+          xv[s][r] = in ? *reinterpret_cast<const uint2*>(p.x + xoff + int64_t(o) * K) : make_uint2(0, 0);
+          gv[s][r] = in ? *reinterpret_cast<const uint2*>(p.dh_in + (t0 + o) * D + kd) : make_uint2(0, 0);
+        } else {
+          xv[s][r] = o < left ? load4(p.x, t0 + o, K, k4, K % 4 == 0) : make_uint2(0, 0);
+          gv[s][r] = make_uint2(0, 0);
+        }
       }
 
     // dvecX and dx, both 16-token steps first: their registers are free again before P's accumulators
@@ -348,10 +359,11 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       // dx (and dvecX when it is dumped)
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
-        const int tt = tt0 + r;
+        const int tt = tt0 + r, o = 16 * s + r;
         const int64_t t = c0 + tt;
-        if (t >= tb || !col_in) continue;
+        if (o >= left || !col_in) continue;
         if (vec) {
+          const int64_t off = t * K + k4;
           float o[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q)
@@ -359,8 +371,8 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
           __align__(8) __nv_bfloat16 b[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q) b[q] = __float2bfloat16_rn(o[q]);
-          *reinterpret_cast<uint2*>(p.dx + t * K + k4) = *reinterpret_cast<const uint2*>(b);
-          if (p.dvecX) *reinterpret_cast<float4*>(p.dvecX + t * K + k4) = make_float4(dv(r, 0), dv(r, 1), dv(r, 2), dv(r, 3));
+          *reinterpret_cast<uint2*>(p.dx + off) = *reinterpret_cast<const uint2*>(b);
+          if (p.dvecX) *reinterpret_cast<float4*>(p.dvecX + off) = make_float4(dv(r, 0), dv(r, 1), dv(r, 2), dv(r, 3));
         } else {
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
