@@ -2,7 +2,7 @@
 //   token_grads   one block per token: dh_pre, the gate gradients, dh_mix, dinv_rms,
 //                 and the per-token terms of dalpha and dbias
 //   dx_param      a block per (K tile, token split): dvecX = dh_mix·phi and dx, and
-//                 P = sum_t dh_mix^T x over the split (tensor cores), in one read of x
+//                 P = sum_t dh_mix^T x over the split, both on tensor cores, in one read of x
 //   param_final   per column k: P summed over splits in order; dphi = P*gamma,
 //                 dgamma = sum_j phi[j,k] P[j,k] (= sum_t x * dvecX); and in 3 + N more
 //                 blocks dalpha and dbias, the per-token terms summed by a fixed tree
