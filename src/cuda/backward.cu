@@ -16,9 +16,9 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
-constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: 2 k-steps
+constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: two 16-token steps
 constexpr int kSplitTok = 128;         // tokens per split at least
-static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole k-steps; one thread per token loads coef");
+static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole 16-token steps; one thread per token loads coef");
 static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 static_assert(kThreads % 32 == 0, "block_sums shuffles whole warps");
 
@@ -134,7 +134,7 @@ __device__ __forceinline__ float half_of(uint2 v, int q) {  // element q (0..3) 
 }
 
 // Shared-memory slots of the dx_param tiles, 16-byte units of 8 j each. A plane of phi's
-// column tile is [NP/8][kColTile] units, one of the chunk's dh_mix [NP/8][kChunk]. The
+// column tile is [U][kColTile] units (U = 2 ceil(N/16)), one of the chunk's dh_mix [U][kChunk]. The
 // swizzles make every ldmatrix below conflict-free: its 8 rows are the columns
 // 4i + e (i = 0..7, e fixed), or the tokens 4(i/2) + (i%2) + 2h (h fixed) of a 16-token step.
 __device__ __forceinline__ int col_slot(int c) { return c ^ ((c >> 3) & 3); }
@@ -207,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
 #pragma unroll
   for (int q = 0; q < 4; ++q) gam[q] = k4 + q < K ? p.gamma[k4 + q] : 0.0f;
 
-  float acc[2][NJ][4];  // Pᵀ for column tile mt, j tile nj (the split's sum)
+  float acc[2][NJ][4];  // Pᵀ for m-tile mt (columns 4g + 2mt, +1), j tile nj (the split's sum)
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
@@ -265,9 +265,10 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     if (threadIdx.x < kChunk) coef[threadIdx.x] = nx.dinv * nx.ir * nx.ir * nx.ir / float(K);
     __syncthreads();
     // this chunk's x and dh_in, every load issued before the math. The lane's tokens are
-    // t0 + o, o = 16 s + r, in range for o < left; the offsets of row t0 are computed once
-    // (x, dx and dvecX share them) and row o adds o·K (the compiler had redone the 64-bit
-    // index arithmetic and predicates per row: ~190 instructions per chunk for 16 loads, s6-6).
+    // t0 + o, o = 16 s + r, in range for o < left; x's offset of row t0 is computed once and
+    // row o adds o·K (the compiler had redone the 64-bit index arithmetic and predicates per
+    // row: ~190 instructions per chunk for 16 loads, s6-6). dx keeps its own offsets: shared,
+    // all eight stayed live through the mma (spills).
     const int64_t t0 = c0 + 4 * tig, xoff = t0 * K + k4;
     const int left = int(min(tb - t0, int64_t(kChunk)));
     uint2 xv[kChunk / 16][4], gv[kChunk / 16][4];
@@ -364,13 +365,13 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
         if (o >= left || !col_in) continue;
         if (vec) {
           const int64_t off = t * K + k4;
-          float o[4];
+          float out[4];
 #pragma unroll
           for (int q = 0; q < 4; ++q)
-            o[q] = dv(r, q) * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][stream] * half_of(gv[s][r], q);
+            out[q] = dv(r, q) * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][stream] * half_of(gv[s][r], q);
           __align__(8) __nv_bfloat16 b[4];
 #pragma unroll
-          for (int q = 0; q < 4; ++q) b[q] = __float2bfloat16_rn(o[q]);
+          for (int q = 0; q < 4; ++q) b[q] = __float2bfloat16_rn(out[q]);
           *reinterpret_cast<uint2*>(p.dx + off) = *reinterpret_cast<const uint2*>(b);
           if (p.dvecX) *reinterpret_cast<float4*>(p.dvecX + off) = make_float4(dv(r, 0), dv(r, 1), dv(r, 2), dv(r, 3));
         } else {
@@ -426,7 +427,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][nj][i] += cc[mt][nj][i];
   }
-  // C fragment (row g (+8) of m-tile mt: column 4g + 2mt (+1); n-index 2tig + i of j-tile nj)
+  // C fragment element i: row g (i < 2) or g + 8 of m-tile mt, i.e. column 4g + 2mt + i / 2; n-index 2tig + i % 2 of j-tile nj
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll

@@ -1,6 +1,7 @@
 // bf16_split.cuh — fp32 operands on bf16 tensor cores: a float as bf16 planes hi + mid + lo
-// (8 significand bits each, together fp32's 24), the m16n8k16 mma they feed, and the bf16
-// halves of packed 32-bit words, and the ldmatrix loads of mma fragments from shared memory.
+// (8 significand bits each, together fp32's 24), the m16n8k16 and m16n8k8 mma they feed, the
+// bf16 halves of packed 32-bit words and their packing, and the ldmatrix loads of mma
+// fragments from shared memory.
 // Used by forward.cu (x · phi*gamma) and backward.cu (dh_mix · phi and dh_mixᵀ · x).
 #pragma once
 #include <cuda_bf16.h>
