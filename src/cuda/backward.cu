@@ -427,7 +427,8 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][nj][i] += cc[mt][nj][i];
   }
-  // C fragment element i: row g (i < 2) or g + 8 of m-tile mt, i.e. column 4g + 2mt + i / 2; n-index 2tig + i % 2 of j-tile nj
+  // C fragment element i: row g (i < 2) or g + 8 of m-tile mt, i.e. column 4g + 2mt + i / 2;
+  // n-index 2tig + i % 2 of j-tile nj
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
