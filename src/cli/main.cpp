@@ -8,6 +8,7 @@
 #include "commands.h"
 #include "error.h"
 #include "output_file.h"
+#include "read_guard.h"
 
 // Errors are one line, also when they quote names from a file: control characters escaped.
 static std::string one_line(const std::string& msg) {
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
       "  mhc check 'exec:python3 kernel.py {in} {out}'\n");
   app.footer([] { return mhc::backend_help(); });  // asked only for --help: the cuda row looks for a GPU
   mhc::remove_temp_on_signal();
+  mhc::report_crashes_in_reads();
   // Keep freed memory for the next token chunk instead of returning it to the system:
   // fresh pages cost a fault and a zero fill each.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <memory>
 
+#include "read_guard.h"
 #include "version.h"
 
 namespace mhc {
@@ -436,6 +437,7 @@ void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, st
 }
 
 H5::H5File open_h5(const std::string& path) {
+  ReadingFile reading(path);
   quiet_hdf5();
   struct stat st;
   if (stat(path.c_str(), &st) != 0) fail(path, ": cannot open: ", std::strerror(errno));
@@ -467,6 +469,7 @@ struct CaseReader::Impl {
 
 CaseReader::CaseReader(const std::string& path, const LoadOptions& opt, bool outputs) : impl_(new Impl(path, opt)) {
   Impl& m = *impl_;
+  ReadingFile reading(m.path);
   try {
     read_inputs_head(m.f, path, opt, head_, m.tok);
     if (outputs) read_outputs_head(m.f, path, head_, m.tok);
@@ -475,12 +478,16 @@ CaseReader::CaseReader(const std::string& path, const LoadOptions& opt, bool out
   }
 }
 
-CaseReader::~CaseReader() = default;
+CaseReader::~CaseReader() {
+  ReadingFile reading(impl_->path);  // closing reads too (HDF5 flushes its metadata cache)
+  impl_.reset();
+}
 
 Case CaseReader::chunk(int64_t t0, int64_t t1) { return read(t0, t1, false); }
 
 Case CaseReader::read(int64_t t0, int64_t t1, bool whole) {
   Impl& m = *impl_;
+  ReadingFile reading(m.path);
   const int64_t T = head_.prob.T();
   MHC_CHECK(0 <= t0 && t0 < t1 && t1 <= T, "token chunk ", t0, ":", t1, " of ", T);
   Case c;
@@ -530,6 +537,7 @@ Case load_case(const std::string& path, const LoadOptions& opt, bool outputs) {
 }
 
 void load_stages(const std::string& path, Case& c) {
+  ReadingFile reading(path);
   H5::H5File f = open_h5(path);
   try {
     std::vector<TokenDataset> tok;
@@ -736,6 +744,7 @@ Stats slab_stats(const H5::DataSet& ds, const Shape& shape, const std::string& f
 }
 
 std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::string, std::string>* attrs) {
+  ReadingFile reading(path);
   H5::H5File f = open_h5(path);
   std::vector<DatasetInfo> out;
   try {

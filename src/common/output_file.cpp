@@ -20,7 +20,7 @@ char g_temp[4096];
 volatile sig_atomic_t g_have_temp = 0;
 
 void on_signal(int sig) {
-  if (g_have_temp) unlink(g_temp);
+  remove_temp_now();
   _exit(128 + sig);
 }
 
@@ -90,6 +90,10 @@ void OutputFile::commit() {
   if (rc != 0) fail(path_, ": cannot move the finished file into place: ", std::strerror(errno));
   if (!replace_) unlink(temp_.c_str());  // after link(); a no-op after renameat2
   committed_ = true;
+}
+
+void remove_temp_now() {
+  if (g_have_temp) unlink(g_temp);
 }
 
 void remove_temp_on_signal() {

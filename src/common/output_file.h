@@ -30,4 +30,7 @@ class OutputFile {
 // write error (EFBIG). main() calls it once.
 void remove_temp_on_signal();
 
+// Removes the temporary file being written, if any: async-signal-safe, for signal handlers.
+void remove_temp_now();
+
 }  // namespace mhc
