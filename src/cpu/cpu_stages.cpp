@@ -458,9 +458,8 @@ template <class R> std::vector<R> token_terms(const std::string& s, const Proble
 template <class R> void sum_add(const std::string& s, const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
   if (s == "dphi") return dphi_add<R>(p, in, a, acc);
   if (s == "dgamma") return dgamma_add<R>(p, in, a, acc);
-  if (s == "dalpha") return add_over_tokens(token_terms<R>(s, p, in), p.T(), 3, a, acc);
-  if (s == "dbias") return add_over_tokens(token_terms<R>(s, p, in), p.T(), p.N(), a, acc);
-  MHC_CHECK(false, "no sum over tokens for stage ", s);
+  MHC_CHECK(has_token_terms(s), "no sum over tokens for stage ", s);
+  add_over_tokens(token_terms<R>(s, p, in), p.T(), s == "dalpha" ? 3 : p.N(), a, acc);  // [T,M] terms
 }
 
 // The stage from its accumulated sum: dphi takes gamma here, the others are the sum itself.
