@@ -64,20 +64,24 @@ TEST_CASE("cuda is bitwise deterministic from run to run") {
   }
 }
 
-TEST_CASE("a token's forward bits do not depend on T (token tile and K slices change with T)") {
-  // T = 16384: K split in slices of a whole group of 16 chunks, 2-warp blocks; T = 100: slices
-  // of one chunk, 1-warp blocks (forward.cu, plan)
-  Case big = generate_case(parse_shape("16384,4,512"), 6, false);
-  Case small = big.inputs_only();
-  Tensor& x = small.t["x"];
-  x.shape = {100, 4, 512};
-  x.bytes.resize(size_t(100 * 4 * 512 * 2));
-  small.prob.tokens = {100};
-  Case a = on_cuda(big), b = on_cuda(small);
-  for (const char* s : {"inv_rms", "h_mix", "h_pre", "h_in"}) {
-    INFO("stage ", s);
-    const Tensor &ta = a.get(s), &tb = b.get(s);
-    CHECK(std::equal(tb.bytes.begin(), tb.bytes.end(), ta.bytes.begin()));
+TEST_CASE("a token's forward bits do not depend on T (kernels, token tiles and the split of phi*gamma change with T)") {
+  // forward.cu, plan: at 4096,4,4096 mix_partial with 4-warp blocks; the first 1000 tokens
+  // mix_group on split_pg's planes; the first 100 mix_group splitting phi*gamma itself
+  const Case big = generate_case(parse_shape("4096,4,4096"), 6, false);
+  Case a = big.inputs_only();
+  cuda_run(a, Pass::fwd, false);
+  for (int64_t T : {1000, 100}) {
+    Case small = big.inputs_only();
+    Tensor& x = small.t["x"];
+    x.shape = {T, 4, 4096};
+    x.bytes.resize(size_t(T * 4 * 4096 * 2));
+    small.prob.tokens = {T};
+    cuda_run(small, Pass::fwd, false);
+    for (const char* s : {"inv_rms", "h_mix", "h_pre", "h_post", "h_res", "h_in"}) {
+      INFO("T ", T, ", stage ", s);
+      const Tensor &ta = a.get(s), &tb = small.get(s);
+      CHECK(std::equal(tb.bytes.begin(), tb.bytes.end(), ta.bytes.begin()));
+    }
   }
 }
 

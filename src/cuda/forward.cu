@@ -1,24 +1,29 @@
-// forward.cu — the forward in three kernels, K split over blocks so that any T fills the GPU:
+// forward.cu — the forward in two or three kernels, K split over blocks so that any T fills the GPU:
 //   split_pg     phi*gamma (N x K, fp32) as three bf16 planes hi + mid + lo whose sum is the
 //                fp32 value (24 significand bits = 3 x 8), padded with zeros to whole tiles
-//   mix_partial  a block per (up to 256 tokens, K slice): the slice's partial h_mix = x·(phi*gamma)
-//                on tensor cores (mma.sync m16n8k16, bf16 in, fp32 accumulate) and the sums of
-//                squares of x. x is exact in bf16 and so is every product x·plane, so the only
-//                roundings are those of fp32 sums (inside the mma possibly toward zero,
-//                but each chain there is 12 steps from zero). Each warp owns 16 or 32 tokens
-//                and loads its fragments straight from global memory (no shared memory)
-//   mix_finish   a block per kFinTok tokens: the partials summed over slices, inv_rms, the
-//                three gates, and h_in (a second read of the tokens' x)
+//   mix_partial  (many tokens) a block per (up to 256 tokens, group of kFlush chunks of K): each
+//                warp's partial h_mix = x·(phi*gamma) over the group on tensor cores (mma.sync
+//                m16n8k16, bf16 in, fp32 accumulate) and the sums of squares of x. x is exact in
+//                bf16 and so is every product x·plane, so the only roundings are those of fp32 sums
+//                (inside the mma possibly toward zero, but each chain there is 12 steps from zero).
+//                Each warp owns 16 or 32 tokens and loads its fragments straight from global
+//                memory (no shared memory)
+//   mix_group    (few tokens) the same partials, a block per (one warp's tokens, group): its warps
+//                share the group's chunks and the block adds their results in chunk order; where
+//                the tokens are very few the warps split phi*gamma into planes themselves (no split_pg)
+//   mix_finish   a block per (kFinTok tokens, range of D): the groups' partials summed in order,
+//                inv_rms, the three gates, and h_in over the range (a second read of the tokens' x)
 // No atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
-// 4 mma steps x 3 planes from zero) -> group (kFlush chunks, one chain) -> total. A slice is one
-// chunk or one whole group and the finish kernel continues that order, so
-// neither the slicing nor the token tiling (both chosen from the shape) changes a bit.
+// 4 mma steps x 3 planes from zero) -> group (kFlush chunks, one chain) -> total (the groups
+// in order), whichever kernel and tiling (both chosen from the shape) computes it, so neither
+// changes a bit.
 //
 // The mma fragments use a permutation of k inside each chunk: lane (g, tig) holds, for each of
 // the 4 k-steps s, the logical columns {2tig, 2tig+1, 2tig+8, 2tig+9} at the physical columns
 // 16 tig + 4 s + {0,1,2,3}. A dot product over a chunk does not depend on how its columns are
 // paired, as long as x (A) and the planes (B) use the same pairing: then each lane's 32 bytes
 // of a row are contiguous, two 16-byte loads.
+#include <algorithm>
 #include <cstdint>
 
 #include "bf16_split.cuh"
@@ -32,9 +37,9 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 64;                     // K per chunk: 4 mma k-steps of 16
 constexpr int kSsParts = 4;                    // the 4 lanes of a quad each sum their columns' squares
-constexpr int kFlush = 16;                     // chunks summed before they join the total
+constexpr int kFlush = 16;                     // chunks in a group, summed in one chain before it joins the total
 constexpr int kFinTok = 4;                     // tokens per mix_finish block
-constexpr int kGB = 16;                        // groups of slices summed at once by mix_finish
+constexpr int kFillBlocks = 264;               // blocks that fill an H100 twice over (132 SMs)
 static_assert(kChunk == 4 * 16 && kChunk / kSsParts == 16, "a lane holds 16 columns of a chunk: two 16-byte loads");
 static_assert(kThreads % 32 == 0 && kFinTok <= kThreads, "whole warps");
 
@@ -42,20 +47,22 @@ static_assert(kThreads % 32 == 0 && kFinTok <= kThreads, "whole warps");
 // whose accumulators alone take 4·N/8 registers per tile.
 __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
 
-// How the forward splits a shape. A slice is one whole group of kFlush chunks (a warp sums
-// them in one chain, from zero) or one chunk (small T: many more work items, at the price of
-// partials as large as x); no other size, or the finish kernel could not continue the order.
-// Then as many warps per block (1..kWarps, sharing the planes through L1) as still give two
-// blocks per SM of an H100.
+// How the forward splits a shape. Both ways give every (token tile of a warp, group) one partial.
+// Many tokens: mix_partial, each warp one group in one chain, as many warps per block (1..kWarps,
+// sharing the planes through L1) as still give two blocks per SM of an H100. Few tokens
+// (fewer than kGroupedBelow (warp tile, group) pairs): mix_group, a block per pair, eight times
+// the warps; and with at most kSplitTiles warp tiles the warps split phi*gamma themselves.
+constexpr int64_t kGroupedBelow = 2048, kSplitTiles = 8;
 struct Plan {
-  int slice_chunks, slices, warps;
+  bool grouped, split;
+  int warps, groups;
 };
 Plan plan(int64_t T, int N, int K) {
-  const int64_t chunks = ceil_div(K, kChunk), groups = ceil_div(chunks, kFlush), wtiles = ceil_div(T, 16 * tok_tiles(N));
-  const int s = wtiles * groups >= 512 ? kFlush : 1, slices = int(ceil_div(chunks, s));
+  const int64_t groups = ceil_div(ceil_div(K, kChunk), kFlush), wtiles = ceil_div(T, 16 * tok_tiles(N));
+  if (wtiles * groups < kGroupedBelow) return {true, wtiles <= kSplitTiles, kWarps, int(groups)};
   int w = kWarps;
-  while (w > 1 && ceil_div(wtiles, w) * slices < 264) w /= 2;
-  return {s, slices, w};
+  while (w > 1 && ceil_div(wtiles, w) * groups < kFillBlocks) w /= 2;
+  return {false, false, w, int(groups)};
 }
 
 // Rows of the planes (N rounded up to whole n8 tiles) and their padded length (whole chunks).
@@ -102,26 +109,111 @@ __device__ __forceinline__ void load_row(const __nv_bfloat16* __restrict__ x, in
   }
 }
 
-// Block b: token tile b % tiles, K slice b / tiles (blockDim.x / 32 warps, Plan::warps). Warp w
+// The B fragments of plane row `row`, columns k..k+15 (8 to a 16-byte half), from split_pg's planes.
+__device__ __forceinline__ void load_planes(const __nv_bfloat16* __restrict__ planes, int64_t plane, int64_t Kp, int row,
+                                            int k, uint4 (&br)[kPlanes][2]) {
+#pragma unroll
+  for (int q = 0; q < kPlanes; ++q)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      br[q][h] = __ldg(reinterpret_cast<const uint4*>(planes + q * plane + int64_t(row) * Kp + k + 8 * h));
+}
+
+// The same fragments split from phi*gamma here, with split_pg's arithmetic (the same bits):
+// 16-byte loads when K % 4 == 0 (a run of 4 from a multiple of 16 is then all in or all out).
+__device__ __forceinline__ void split_planes(const float* __restrict__ pg, int N, int K, int row, int k,
+                                             uint4 (&br)[kPlanes][2]) {
+  float v[16];
+  const float* src = pg + int64_t(row) * K + k;
+#pragma unroll
+  for (int i = 0; i < 16; i += 4) {
+    if (row >= N || k + i >= K) {
+      v[i] = v[i + 1] = v[i + 2] = v[i + 3] = 0.0f;
+    } else if (K % 4 == 0) {
+      const float4 f = __ldg(reinterpret_cast<const float4*>(src + i));
+      v[i] = f.x, v[i + 1] = f.y, v[i + 2] = f.z, v[i + 3] = f.w;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) v[i + e] = k + i + e < K ? __ldg(src + i + e) : 0.0f;
+    }
+  }
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    uint32_t w[kPlanes][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const Planes a(v[8 * h + 2 * i]), b(v[8 * h + 2 * i + 1]);
+#pragma unroll
+      for (int q = 0; q < kPlanes; ++q) w[q][i] = pack_bf16(a.p[q], b.p[q]);
+    }
+#pragma unroll
+    for (int q = 0; q < kPlanes; ++q) br[q][h] = make_uint4(w[q][0], w[q][1], w[q][2], w[q][3]);
+  }
+}
+
+// One chunk's sum of squares of a lane's 16 columns of one row, one chain from zero.
+__device__ __forceinline__ float chunk_ss(const uint4 (&xr)[2]) {
+  float s = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    const uint32_t w = word(xr[i / 4], i % 4);
+    s = fmaf(lo_bf16(w), lo_bf16(w), s);
+    s = fmaf(hi_bf16(w), hi_bf16(w), s);
+  }
+  return s;
+}
+
+// One chunk's h_mix for one n8 tile of j, from zero: xr [m tile][row g, g + 8][16-byte half] of
+// the lane's x, br the tile's B fragments of the three planes; cc the C fragments per m tile.
+template <int kMT>
+__device__ __forceinline__ void chunk_mma(const uint4 (&xr)[kMT][2][2], const uint4 (&br)[kPlanes][2], float (&cc)[kMT][4]) {
+#pragma unroll
+  for (int m = 0; m < kMT; ++m)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) cc[m][i] = 0.0f;
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {  // k-step s: words 2(s%2), 2(s%2)+1 of half s/2
+    const int h = s / 2, w0 = 2 * (s % 2);
+#pragma unroll
+    for (int m = 0; m < kMT; ++m) {
+      const uint32_t a[4] = {word(xr[m][0][h], w0), word(xr[m][1][h], w0), word(xr[m][0][h], w0 + 1),
+                             word(xr[m][1][h], w0 + 1)};
+#pragma unroll
+      for (int q = kPlanes - 1; q >= 0; --q) mma_bf16(cc[m], a[0], a[1], a[2], a[3], word(br[q][h], w0), word(br[q][h], w0 + 1));
+    }
+  }
+}
+
+// The lane's x of one chunk: rows g and g + 8 of each of its kMT m16 tiles from token tw.
+template <int kMT>
+__device__ __forceinline__ void load_chunk(const FwdParams& p, int K, bool vec, int64_t tw, int g, int k,
+                                           uint4 (&xr)[kMT][2][2]) {
+#pragma unroll
+  for (int m = 0; m < kMT; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) load_row(p.x, p.T, K, vec, tw + 16 * m + 8 * r + g, k, xr[m][r]);
+}
+
+// Block b: token tile b % tiles, group b / tiles (blockDim.x / 32 warps, Plan::warps). Warp w
 // owns kMT m16 tiles of tokens; lane (g = lane / 4, tig = lane % 4) holds rows g and g + 8 of
 // each; up to n = 6 the next chunk's x is loaded while this one is computed. No register cap: at n = 4
 // two m16 tiles, prefetching, one block per SM was faster than one tile or a 128-register
 // cap for two blocks (device run s4-4), and than 12 warps under a 168-register cap except
 // where those fit the waves better (s5-3); staging x through a per-lane cp.async ring in
 // shared memory was slower still (s4-2: it takes the L1 that the planes are read through).
-// part [slices,T,N]: h_mix over each slice; part_ss [slices,T,kSsParts]: sums of squares of x
-// over each slice, one per lane of the token's quad.
+// part [groups,T,N]: h_mix over each group; part_ss [groups,T,kSsParts]: sums of squares of x
+// over each group, one per lane of the token's quad.
 template <int n>
 __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __nv_bfloat16* __restrict__ planes,
-                                                        int64_t Kp, int slice_chunks, float* part, float* part_ss) {
+                                                           int64_t Kp, float* part, float* part_ss) {
   constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N);
   const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
   const int warps = blockDim.x / 32;
   const int64_t tiles = ceil_div(p.T, warps * 16 * kMT);
   const int64_t tw = (blockIdx.x % tiles * warps + threadIdx.x / 32) * (16 * kMT);  // the warp's first token
   if (tw >= p.T) return;  // no barriers in this kernel
-  const int slice = int(blockIdx.x / tiles);
-  const int c_beg = slice * slice_chunks, c_end = min(int(ceil_div(K, kChunk)), c_beg + slice_chunks);
+  const int grp = int(blockIdx.x / tiles);
+  const int c_beg = grp * kFlush, c_end = min(int(ceil_div(K, kChunk)), c_beg + kFlush);
   const bool vec = K % 8 == 0;
   const int64_t plane = plane_rows(N) * Kp;
 
@@ -136,61 +228,27 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
   }
   // x of the next chunk is loaded while this one is computed (up to n = 6)
   uint4 next[kMT][2][2];  // [m tile][row g, g + 8][16-byte half]
-  auto load = [&](int c) {
-#pragma unroll
-    for (int m = 0; m < kMT; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) load_row(p.x, p.T, K, vec, tw + 16 * m + 8 * r + g, c * kChunk + 16 * tig, next[m][r]);
-  };
   constexpr bool kPrefetch = N <= 48;  // beyond, the registers spill
-  load(c_beg);
+  load_chunk<kMT>(p, K, vec, tw, g, c_beg * kChunk + 16 * tig, next);
   for (int c = c_beg; c < c_end; ++c) {
-    if (!kPrefetch && c > c_beg) load(c);
     const int k = c * kChunk + 16 * tig;
+    if (!kPrefetch && c > c_beg) load_chunk<kMT>(p, K, vec, tw, g, k, next);
     uint4 xr[kMT][2][2];
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) xr[m][r][0] = next[m][r][0], xr[m][r][1] = next[m][r][1];
-    if (kPrefetch && c + 1 < c_end) load(c + 1);
-    // sums of squares: each lane its 16 columns of each of its rows, one chain per chunk
+    if (kPrefetch && c + 1 < c_end) load_chunk<kMT>(p, K, vec, tw, g, k + kChunk, next);
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-          const uint32_t w = word(xr[m][r][i / 4], i % 4);
-          s = fmaf(lo_bf16(w), lo_bf16(w), s);
-          s = fmaf(hi_bf16(w), hi_bf16(w), s);
-        }
-        ss[m][r] += s;
-      }
+      for (int r = 0; r < 2; ++r) ss[m][r] += chunk_ss(xr[m][r]);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       uint4 br[kPlanes][2];
-#pragma unroll
-      for (int q = 0; q < kPlanes; ++q)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          br[q][h] = __ldg(reinterpret_cast<const uint4*>(planes + q * plane + int64_t(nt * 8 + g) * Kp + k + 8 * h));
+      load_planes(planes, plane, Kp, nt * 8 + g, k, br);
       float cc[kMT][4];
-#pragma unroll
-      for (int m = 0; m < kMT; ++m)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) cc[m][i] = 0.0f;
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {  // k-step s: words 2(s%2), 2(s%2)+1 of half s/2
-        const int h = s / 2, w0 = 2 * (s % 2);
-#pragma unroll
-        for (int m = 0; m < kMT; ++m) {
-          const uint32_t a[4] = {word(xr[m][0][h], w0), word(xr[m][1][h], w0), word(xr[m][0][h], w0 + 1),
-                                 word(xr[m][1][h], w0 + 1)};
-#pragma unroll
-          for (int q = kPlanes - 1; q >= 0; --q) mma_bf16(cc[m], a[0], a[1], a[2], a[3], word(br[q][h], w0), word(br[q][h], w0 + 1));
-        }
-      }
+      chunk_mma<kMT>(xr, br, cc);
 #pragma unroll
       for (int m = 0; m < kMT; ++m)
 #pragma unroll
@@ -198,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
     }
   }
 
-  const int64_t base = int64_t(slice) * p.T;
+  const int64_t base = int64_t(grp) * p.T;
 #pragma unroll
   for (int m = 0; m < kMT; ++m)
 #pragma unroll
@@ -216,62 +274,101 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
     }
 }
 
+// Shared memory of mix_group: every chunk's results for the block's tokens, [kFlush][16 kMT][N + kSsParts].
+template <int n> constexpr int group_smem_bytes() {
+  constexpr int N = n * n + 2 * n;
+  return kFlush * 16 * tok_tiles(N) * (N + kSsParts) * int(sizeof(float));
+}
+
+// mix_partial's partials for few tokens. Block b: the tokens of one warp tile (16 kMT from
+// (b % tiles) · 16 kMT), group b / tiles; warp w computes chunks w, w + kWarps, ... of the group,
+// each from zero as mix_partial does, into shared memory, and then each (token, output) adds
+// them in chunk order: the same chain, the same bits. split: the B fragments come from
+// phi*gamma (split_planes), not from split_pg's planes.
 template <int n>
-__global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_chunks, int slices, const float* part,
-                                                       const float* part_ss) {
+__global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv_bfloat16* __restrict__ planes,
+                                                         int64_t Kp, bool split, float* part, float* part_ss) {
+  constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N), kTok = 16 * kMT, kOut = N + kSsParts;
+  extern __shared__ float stash[];  // [kFlush][kTok][kOut]
+  const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
+  const int64_t tiles = ceil_div(p.T, kTok), t0 = blockIdx.x % tiles * kTok;
+  const int grp = int(blockIdx.x / tiles);
+  const int c_beg = grp * kFlush, c_end = min(int(ceil_div(K, kChunk)), c_beg + kFlush);
+  const bool vec = K % 8 == 0;
+  const int64_t plane = plane_rows(N) * Kp;
+
+  for (int c = c_beg + int(threadIdx.x / 32); c < c_end; c += kWarps) {
+    const int k = c * kChunk + 16 * tig;
+    float* out = stash + (c - c_beg) * kTok * kOut;
+    uint4 xr[kMT][2][2];
+    load_chunk<kMT>(p, K, vec, t0, g, k, xr);
+#pragma unroll
+    for (int m = 0; m < kMT; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) out[(16 * m + 8 * r + g) * kOut + N + tig] = chunk_ss(xr[m][r]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      uint4 br[kPlanes][2];
+      if (split)
+        split_planes(p.pg, N, K, nt * 8 + g, k, br);
+      else
+        load_planes(planes, plane, Kp, nt * 8 + g, k, br);
+      float cc[kMT][4];
+      chunk_mma<kMT>(xr, br, cc);
+#pragma unroll
+      for (int m = 0; m < kMT; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = nt * 8 + 2 * tig + i % 2;
+          if (j < N) out[(16 * m + 8 * (i / 2) + g) * kOut + j] = cc[m][i];
+        }
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < kTok * kOut; e += kThreads) {
+    const int64_t t = t0 + e / kOut;
+    const int o = e % kOut;
+    if (t >= p.T) continue;
+    float acc = 0.0f;
+    for (int c = 0; c < c_end - c_beg; ++c) acc += stash[c * kTok * kOut + e];
+    if (o < N)
+      part[(int64_t(grp) * p.T + t) * N + o] = acc;
+    else
+      part_ss[(int64_t(grp) * p.T + t) * kSsParts + (o - N)] = acc;
+  }
+}
+
+// Block (b, y): tokens b·kFinTok.. and the y-th of gridDim.y ranges of h_in's columns (several
+// where the tokens are too few to fill the GPU). Every block of a token sums the same partials
+// in the same order; the y = 0 block writes the token's gates.
+template <int n>
+__global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, const float* part, const float* part_ss) {
   constexpr int N = n * n + 2 * n;
   __shared__ float hm[kFinTok][N];
   __shared__ float ssq[kFinTok][kSsParts];
-  __shared__ float gsum[kFinTok][N + kSsParts][kGB];  // 21 KB at n = 8
   __shared__ float inv[kFinTok];
   __shared__ float hp[kFinTok][n];
   const int K = n * p.D, tid = threadIdx.x;
   const int64_t t0 = int64_t(blockIdx.x) * kFinTok;
+  const bool writes_gates = blockIdx.y == 0;
 
-  // Each (token, output) over the slices: a group's slices chain, then the groups join the
-  // total in order. Where a slice is a whole group (large T) that is one walk per output;
-  // where a group has several one-chunk slices (small T) the groups' chains run in parallel
-  // (kGB at a time, over the block's threads) and one thread adds them: the same sums in the
-  // same order either way.
-  const int per_group = kFlush / slice_chunks, groups = int(ceil_div(slices, per_group));
+  // each (token, output): the groups' partials, in order
   for (int e = tid; e < kFinTok * (N + kSsParts); e += kThreads) {
     const int tb = e / (N + kSsParts), c = e % (N + kSsParts);
     float& acc = c < N ? hm[tb][c] : ssq[tb][c - N];
     acc = 0.0f;
-    if (per_group > 1 || t0 + tb >= p.T) continue;
+    if (t0 + tb >= p.T) continue;
     const float* src = c < N ? part + (t0 + tb) * N + c : part_ss + (t0 + tb) * kSsParts + (c - N);
     const int64_t stride = p.T * (c < N ? N : kSsParts);
 #pragma unroll 8
-    for (int s = 0; s < slices; ++s) acc += src[s * stride];
-  }
-  for (int gb = 0; per_group > 1 && gb < groups; gb += kGB) {
-    __syncthreads();  // gsum is free again
-    for (int e = tid; e < kFinTok * (N + kSsParts) * kGB; e += kThreads) {
-      const int q = e % kGB, c = e / kGB % (N + kSsParts), tb = e / kGB / (N + kSsParts);
-      const int64_t t = t0 + tb;
-      if (t >= p.T || gb + q >= groups) continue;
-      const float* src = c < N ? part + t * N + c : part_ss + t * kSsParts + (c - N);
-      const int64_t stride = p.T * (c < N ? N : kSsParts);
-      const int s0 = (gb + q) * per_group, s1 = min(slices, s0 + per_group);
-      float grp = 0.0f;
-#pragma unroll 16
-      for (int s = s0; s < s1; ++s) grp += src[s * stride];
-      gsum[tb][c][q] = grp;
-    }
-    __syncthreads();
-    for (int e = tid; e < kFinTok * (N + kSsParts); e += kThreads) {
-      const int tb = e / (N + kSsParts), c = e % (N + kSsParts);
-      if (t0 + tb >= p.T) continue;
-      float& acc = c < N ? hm[tb][c] : ssq[tb][c - N];
-      for (int q = 0; q < min(kGB, groups - gb); ++q) acc += gsum[tb][c][q];
-    }
+    for (int s = 0; s < groups; ++s) acc += src[s * stride];
   }
   __syncthreads();
   if (tid < kFinTok && t0 + tid < p.T) {
     float s = 0.0f;
     for (int q = 0; q < kSsParts; ++q) s += ssq[tid][q];
     inv[tid] = 1.0f / sqrtf(s / float(K) + p.norm_eps);
-    p.inv_rms[t0 + tid] = inv[tid];
+    if (writes_gates) p.inv_rms[t0 + tid] = inv[tid];
   }
   __syncthreads();
 
@@ -280,25 +377,28 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_ch
     int64_t t = t0 + tb;
     if (t >= p.T) break;
     float h = hm[tb][j];
-    p.h_mix[t * N + j] = h;
     float tt = h * inv[tb];
     if (j < n) {
-      float v = sigmoid(p.alpha[0] * tt + p.bias[j]) + p.hc_eps;
-      p.h_pre[t * n + j] = v;
-      hp[tb][j] = v;
+      hp[tb][j] = sigmoid(p.alpha[0] * tt + p.bias[j]) + p.hc_eps;
+      if (writes_gates) p.h_pre[t * n + j] = hp[tb][j];
+    } else if (!writes_gates) {
+      continue;
     } else if (j < 2 * n) {
       p.h_post[t * n + j - n] = 2.0f * sigmoid(p.alpha[1] * tt + p.bias[j]);
     } else {
       p.h_res[t * n * n + j - 2 * n] = p.alpha[2] * tt + p.bias[j];
     }
+    if (writes_gates) p.h_mix[t * N + j] = h;
   }
   __syncthreads();
 
-  // h_in: (token, d) pairs spread over the block; 8 columns a thread in 16-byte accesses when D allows
+  // h_in: (token, d) pairs of the block's column range spread over the block; 8 columns a thread
+  // in 16-byte accesses when D allows
   if (p.D % 8 == 0) {
-    const int D8 = p.D / 8;
-    for (int e = tid; e < kFinTok * D8; e += kThreads) {
-      const int tb = e / D8, d = (e % D8) * 8;
+    const int D8 = p.D / 8, per = int(ceil_div(D8, gridDim.y)), d_beg = int(blockIdx.y) * per,
+              cols = min(D8, d_beg + per) - d_beg;
+    for (int e = tid; e < kFinTok * cols; e += kThreads) {
+      const int tb = e / cols, d = (d_beg + e % cols) * 8;
       const int64_t t = t0 + tb;
       if (t >= p.T) break;
       float a[8];
@@ -317,9 +417,10 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int slice_ch
       *reinterpret_cast<uint4*>(p.h_in + t * p.D + d) = *reinterpret_cast<const uint4*>(o);
     }
   } else {
-    for (int64_t e = tid; e < int64_t(kFinTok) * p.D; e += kThreads) {
-      int tb = int(e / p.D), d = int(e % p.D);
-      int64_t t = t0 + tb;
+    const int per = int(ceil_div(p.D, gridDim.y)), d_beg = int(blockIdx.y) * per, cols = min(p.D, d_beg + per) - d_beg;
+    for (int e = tid; e < kFinTok * cols; e += kThreads) {
+      const int tb = e / cols, d = d_beg + e % cols;
+      const int64_t t = t0 + tb;
       if (t >= p.T) break;
       float a = 0.0f;
 #pragma unroll
@@ -336,13 +437,24 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   const int64_t Kp = plane_cols(K), plane_floats = ceil_div(kPlanes * plane_rows(N) * Kp, 8) * 4;  // 16-byte multiple
   auto* planes = reinterpret_cast<__nv_bfloat16*>(p.scratch);
   float* part = p.scratch + plane_floats;
-  float* part_ss = part + int64_t(pl.slices) * p.T * N;
-  split_pg<<<unsigned(ceil_div(plane_rows(N) * Kp, kThreads)), kThreads, 0, s>>>(p.pg, N, K, plane_rows(N), Kp, planes);
+  float* part_ss = part + int64_t(pl.groups) * p.T * N;
+  if (!pl.split) {
+    split_pg<<<unsigned(ceil_div(plane_rows(N) * Kp, kThreads)), kThreads, 0, s>>>(p.pg, N, K, plane_rows(N), Kp, planes);
+    CUDA_CHECK(cudaGetLastError());
+  }
+  if (pl.grouped) {
+    constexpr int smem = group_smem_bytes<n>();
+    CUDA_CHECK(cudaFuncSetAttribute(mix_group<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    mix_group<n><<<unsigned(ceil_div(p.T, 16 * tok_tiles(N)) * pl.groups), kThreads, smem, s>>>(p, planes, Kp, pl.split,
+                                                                                               part, part_ss);
+  } else {
+    mix_partial<n><<<unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.groups), 32 * pl.warps, 0, s>>>(
+        p, planes, Kp, part, part_ss);
+  }
   CUDA_CHECK(cudaGetLastError());
-  mix_partial<n><<<unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.slices), 32 * pl.warps, 0, s>>>(p, planes, Kp, pl.slice_chunks,
-                                                                                    part, part_ss);
-  CUDA_CHECK(cudaGetLastError());
-  mix_finish<n><<<unsigned(ceil_div(p.T, kFinTok)), kThreads, 0, s>>>(p, pl.slice_chunks, pl.slices, part, part_ss);
+  const int64_t fin_tiles = ceil_div(p.T, kFinTok);
+  const int64_t ranges = std::min(ceil_div(kFillBlocks, fin_tiles), ceil_div(p.D, 512));  // h_in column ranges a token tile
+  mix_finish<n><<<dim3(unsigned(fin_tiles), unsigned(ranges)), kThreads, 0, s>>>(p, pl.groups, part, part_ss);
   CUDA_CHECK(cudaGetLastError());
 }
 
@@ -350,7 +462,7 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
 
 int64_t forward_scratch_floats(int64_t T, int n, int D) {
   const int N = n * n + 2 * n, K = n * D;
-  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + int64_t(plan(T, N, K).slices) * T * (N + kSsParts);
+  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + int64_t(plan(T, N, K).groups) * T * (N + kSsParts);
 }
 
 void launch_forward(const FwdParams& p, cudaStream_t s) {

@@ -23,7 +23,7 @@ struct FwdParams {
   float* h_post;           // [T,n]
   float* h_res;            // [T,n,n]
   __nv_bfloat16* h_in;     // [T,D]
-  float* scratch;          // forward_scratch_floats(T, n, D): phi*gamma as bf16 planes, partial sums over K slices
+  float* scratch;          // forward_scratch_floats(T, n, D): phi*gamma as bf16 planes, partial sums over groups of K
   int64_t T;
   int n, D;
   float norm_eps, hc_eps;
@@ -59,7 +59,7 @@ struct BwdParams {
 };
 
 // Floats of FwdParams::scratch for a shape: the bf16 planes of phi*gamma and the forward's
-// partial sums over its K slices.
+// partial sums over its groups of K.
 int64_t forward_scratch_floats(int64_t T, int n, int D);
 
 // Number of token splits of the dphi/dgamma reduction: a function of the shape only,
