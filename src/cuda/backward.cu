@@ -1,8 +1,10 @@
-// backward.cu — the backward in three kernels, no atomics, every sum in a fixed order:
+// backward.cu — the backward in three kernels (two for few tokens), no atomics, every sum in a
+// fixed order:
 //   token_grads   one block per token: dh_pre, the gate gradients, dh_mix, dinv_rms,
 //                 and the per-token terms of dalpha and dbias
 //   dx_param      a block per (K tile, token split): dvecX = dh_mix·phi and dx, and
-//                 P = sum_t dh_mix^T x over the split, both on tensor cores, in one read of x
+//                 P = sum_t dh_mix^T x over the split, both on tensor cores, in one read of x;
+//                 with one split (few tokens) also param_final's work, in 3 + N more blocks
 //   param_final   per column k: P summed over splits in order; dphi = P*gamma,
 //                 dgamma = sum_j phi[j,k] P[j,k] (= sum_t x * dvecX); and in 3 + N more
 //                 blocks dalpha and dbias, the per-token terms summed by a fixed tree
@@ -17,7 +19,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
 constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: two 16-token steps
-constexpr int kSplitTok = 128;         // tokens per split at least
+constexpr int kSplitTok = 32;          // tokens per split at least (one chunk)
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole 16-token steps; one thread per token loads coef");
 static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 static_assert(kThreads % 32 == 0, "block_sums shuffles whole warps");
@@ -40,6 +42,33 @@ template <int m> __device__ void block_sums(float (&v)[m], float (*red)[m]) {
     for (int w = 0; w < kWarps; ++w) v[i] += red[w][i];
   }
   __syncthreads();  // red is free again
+}
+
+// dphi and dgamma of column k from P(j) = P[j,k], the splits' sum: dphi = P*gamma, dgamma =
+// sum_j phi[j,k] P[j,k] in j order.
+template <int N, class F> __device__ __forceinline__ void column_params(const BwdParams& p, int K, int k, F&& P) {
+  const float g = p.gamma[k];
+  float dg = 0.0f;
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    const float s = P(j);
+    p.dphi[int64_t(j) * K + k] = s * g;
+    dg = fmaf(p.phi[int64_t(j) * K + k], s, dg);
+  }
+  p.dgamma[k] = dg;
+}
+
+// One block's share of dalpha (c < 3) or dbias (c - 3): column c of a_tok or g_tok summed over
+// the tokens by a fixed tree (each thread its tokens in order, then block_sums).
+template <int n> __device__ void token_param(const BwdParams& p, int c) {
+  constexpr int N = n * n + 2 * n;
+  __shared__ float red[kWarps][1];
+  const int C = c < 3 ? 3 : N, col = c < 3 ? c : c - 3;
+  const float* in = c < 3 ? p.a_tok : p.g_tok;
+  float v[1] = {0.0f};
+  for (int64_t t = threadIdx.x; t < p.T; t += kThreads) v[0] += in[t * C + col];
+  block_sums<1>(v, red);
+  if (threadIdx.x == 0) (c < 3 ? p.dalpha : p.dbias)[col] = v[0];
 }
 
 template <int n>
@@ -159,6 +188,9 @@ __device__ __forceinline__ int tok_slot(int t) { return t ^ ((t >> 2) & 2); }
 //           4tig..4tig+3, in A, the lane's own x, as in B, ldmatrix rows). x is exact in bf16,
 //           so each chunk's chain (2 token steps x 3 planes) starts from zero and is then added
 //           to the split's sum in order.
+// With one split (p.splits == 1) the block also writes dphi and dgamma of its columns (P through
+// shared memory, a column per thread, as param_final would from one split: the same bits), and
+// the 3 + N blocks after the column tiles compute dalpha and dbias: no param_final launch.
 // Two blocks per SM up to n = 4 (128 registers); dvecX on CUDA cores took 47% of the kernel's
 // instructions (s5-6).
 template <int n>
@@ -172,6 +204,11 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   __shared__ float coef[kChunk];
   __shared__ float hp[kChunk][n];
   const int K = n * p.D, D = p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, w = threadIdx.x / 32;
+  const int ctiles = int(ceil_div(K, kColTile));
+  if (int(blockIdx.x) >= ctiles) {  // one split: dalpha and dbias
+    token_param<n>(p, int(blockIdx.x) - ctiles);
+    return;
+  }
   const int kbase = blockIdx.x * kColTile, c4 = 32 * w + 4 * g, k4 = kbase + c4;
   const int64_t per = ceil_div(p.T, p.splits);
   const int64_t ta = int64_t(blockIdx.y) * per, tb = min(p.T, ta + per);
@@ -184,39 +221,8 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   // dvecX's B (matrices: k-half mi & 1 of n-tile mi >> 1) and P's B (j-tile mi >> 1, k-half mi & 1)
   const int tok_row = tok_slot(4 * (i8 / 2) + (i8 % 2) + 2 * (mi >> 1)), tok_unit = mi & 1;
   const int ptok_row = tok_slot(4 * (i8 / 2) + (i8 % 2) + 2 * (mi & 1)), ptok_unit = mi >> 1;
-  // phi's column tile as planes, a column per thread, 8 rows' loads in flight at once
-  {
-    const int64_t k = kbase + int(threadIdx.x);
-    for (int u = 0; u < U; ++u) {
-      float v[8];
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = k < K && 8 * u + i < N ? p.phi[int64_t(8 * u + i) * K + k] : 0.0f;
-      uint32_t pw[kPlanes][4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const Planes a(v[2 * i]), b(v[2 * i + 1]);
-#pragma unroll
-        for (int q = 0; q < kPlanes; ++q) pw[q][i] = pack_bf16(a.p[q], b.p[q]);
-      }
-#pragma unroll
-      for (int q = 0; q < kPlanes; ++q)
-        phs[(q * U + u) * kColTile + col_slot(threadIdx.x)] = make_uint4(pw[q][0], pw[q][1], pw[q][2], pw[q][3]);
-    }
-  }
-  float gam[4];
-#pragma unroll
-  for (int q = 0; q < 4; ++q) gam[q] = k4 + q < K ? p.gamma[k4 + q] : 0.0f;
-
-  float acc[2][NJ][4];  // Pᵀ for m-tile mt (columns 4g + 2mt, +1), j tile nj (the split's sum)
-#pragma unroll
-  for (int mt = 0; mt < 2; ++mt)
-#pragma unroll
-    for (int nj = 0; nj < NJ; ++nj)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[mt][nj][i] = 0.0f;
-
   // The next chunk's dh_mix, h_pre, inv_rms and dinv_rms are loaded into registers while this
-  // chunk is computed, then staged. Item e of dh_mix is token e % kChunk, j = 4 (e / kChunk)
+  // chunk is computed (the first chunk's while phi's tile is), then staged. Item e of dh_mix is token e % kChunk, j = 4 (e / kChunk)
   // .. +3 (half a unit), one 8-byte store per plane.
   constexpr int kSQ = ceil_div(kChunk * 2 * U, kThreads), kHQ = ceil_div(kChunk * n, kThreads);
   struct Staged {
@@ -240,6 +246,48 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     nx.dinv = tok ? p.dinv_rms[c0 + threadIdx.x] : 0.0f;
   };
   fetch(ta);
+  // phi's column tile as planes, a column per thread, the loads of up to 4 units (32 rows) in
+  // flight at once (all of them up to n = 4)
+  {
+    const int64_t k = kbase + int(threadIdx.x);
+    constexpr int UB = U < 4 ? U : 4;
+#pragma unroll
+    for (int u0 = 0; u0 < U; u0 += UB) {
+      float v[UB][8];
+#pragma unroll
+      for (int u = 0; u < UB; ++u)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+          const int j = 8 * (u0 + u) + i;
+          v[u][i] = k < K && j < N ? p.phi[int64_t(j) * K + k] : 0.0f;
+        }
+#pragma unroll
+      for (int u = 0; u < UB && u0 + u < U; ++u) {
+        uint32_t pw[kPlanes][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const Planes a(v[u][2 * i]), b(v[u][2 * i + 1]);
+#pragma unroll
+          for (int q = 0; q < kPlanes; ++q) pw[q][i] = pack_bf16(a.p[q], b.p[q]);
+        }
+#pragma unroll
+        for (int q = 0; q < kPlanes; ++q)
+          phs[(q * U + u0 + u) * kColTile + col_slot(threadIdx.x)] = make_uint4(pw[q][0], pw[q][1], pw[q][2], pw[q][3]);
+      }
+    }
+  }
+  float gam[4];
+#pragma unroll
+  for (int q = 0; q < 4; ++q) gam[q] = k4 + q < K ? p.gamma[k4 + q] : 0.0f;
+
+  float acc[2][NJ][4];  // Pᵀ for m-tile mt (columns 4g + 2mt, +1), j tile nj (the split's sum)
+#pragma unroll
+  for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+    for (int nj = 0; nj < NJ; ++nj)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[mt][nj][i] = 0.0f;
+
   for (int64_t c0 = ta; c0 < tb; c0 += kChunk) {
     __syncthreads();  // the previous chunk is done with the shared tiles (and phi's planes are in)
 #pragma unroll
@@ -428,16 +476,28 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
         for (int i = 0; i < 4; ++i) acc[mt][nj][i] += cc[mt][nj][i];
   }
   // C fragment element i: row g (i < 2) or g + 8 of m-tile mt, i.e. column 4g + 2mt + i / 2;
-  // n-index 2tig + i % 2 of j-tile nj
+  // n-index 2tig + i % 2 of j-tile nj. One split: P[j][column] in shared memory (phi's tile
+  // is free after the barrier; N·kColTile floats fit in its kPlanes·U·kColTile units).
+  float* ps = reinterpret_cast<float*>(phs);
+  if (p.splits == 1) __syncthreads();
 #pragma unroll
   for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int k = k4 + 2 * mt + i / 2, j = 8 * nj + 2 * tig + i % 2;
-        if (j < N && k < K) p.partial[(int64_t(blockIdx.y) * N + j) * K + k] = acc[mt][nj][i];
+        const int c = c4 + 2 * mt + i / 2, j = 8 * nj + 2 * tig + i % 2;
+        if (j >= N) continue;
+        if (p.splits == 1)
+          ps[j * kColTile + c] = acc[mt][nj][i];
+        else if (kbase + c < K)
+          p.partial[(int64_t(blockIdx.y) * N + j) * K + kbase + c] = acc[mt][nj][i];
       }
+  if (p.splits == 1) {
+    __syncthreads();
+    const int k = kbase + int(threadIdx.x);
+    if (k < K) column_params<N>(p, K, k, [&](int j) { return 0.0f + ps[j * kColTile + threadIdx.x]; });
+  }
 }
 
 // Blocks 0 .. ktiles-1, a column k per thread: P[j,k] summed over the splits in order, then dphi
@@ -448,34 +508,20 @@ template <int n>
 __global__ void __launch_bounds__(kThreads) param_final(BwdParams p, int ktiles) {
   constexpr int N = n * n + 2 * n;
   if (int(blockIdx.x) >= ktiles) {
-    __shared__ float red[kWarps][1];
-    const int c = int(blockIdx.x) - ktiles, C = c < 3 ? 3 : N, col = c < 3 ? c : c - 3;
-    const float* in = c < 3 ? p.a_tok : p.g_tok;
-    float v[1] = {0.0f};
-    for (int64_t t = threadIdx.x; t < p.T; t += kThreads) v[0] += in[t * C + col];
-    block_sums<1>(v, red);
-    if (threadIdx.x == 0) (c < 3 ? p.dalpha : p.dbias)[col] = v[0];
+    token_param<n>(p, int(blockIdx.x) - ktiles);
     return;
   }
   const int K = n * p.D;
   const int k = blockIdx.x * kThreads + threadIdx.x;
   if (k >= K) return;
   const float* __restrict__ partial = p.partial;
-  const float* __restrict__ phi = p.phi;
   float s[N];
 #pragma unroll
   for (int j = 0; j < N; ++j) s[j] = 0.0f;
   for (int q = 0; q < p.splits; ++q)
 #pragma unroll
     for (int j = 0; j < N; ++j) s[j] += partial[(int64_t(q) * N + j) * K + k];
-  const float g = p.gamma[k];
-  float dg = 0.0f;
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    p.dphi[int64_t(j) * K + k] = s[j] * g;
-    dg = fmaf(phi[int64_t(j) * K + k], s[j], dg);
-  }
-  p.dgamma[k] = dg;
+  column_params<N>(p, K, k, [&](int j) { return s[j]; });
 }
 
 template <int n> void launch(const BwdParams& p, cudaStream_t s) {
@@ -487,6 +533,11 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   CUDA_CHECK(cudaFuncSetAttribute(dx_param<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
+  if (p.splits == 1) {  // dx_param does param_final's work too
+    dx_param<n><<<ctiles + 3 + N, kThreads, smem, s>>>(p);
+    CUDA_CHECK(cudaGetLastError());
+    return;
+  }
   dx_param<n><<<dim3(ctiles, unsigned(p.splits)), kThreads, smem, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   param_final<n><<<ktiles + 3 + N, kThreads, 0, s>>>(p, int(ktiles));

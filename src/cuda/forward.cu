@@ -10,7 +10,8 @@
 //                memory (no shared memory)
 //   mix_group    (few tokens) the same partials, a block per (one warp's tokens, group): its warps
 //                share the group's chunks and the block adds their results in chunk order; where
-//                the tokens are very few the warps split phi*gamma into planes themselves (no split_pg)
+//                the tokens are very few the warps split phi*gamma into planes themselves (no
+//                split_pg), a block per n8 tile of j
 //   mix_finish   a block per (kFinTok tokens, range of D): the groups' partials summed in order,
 //                inv_rms, the three gates, and h_in over the range (a second read of the tokens' x)
 // No atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
@@ -51,7 +52,8 @@ __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
 // Many tokens: mix_partial, each warp one group in one chain, as many warps per block (1..kWarps,
 // sharing the planes through L1) as still give two blocks per SM of an H100. Few tokens
 // (fewer than kGroupedBelow (warp tile, group) pairs): mix_group, a block per pair, eight times
-// the warps; and with at most kSplitTiles warp tiles the warps split phi*gamma themselves.
+// the warps; and with at most kSplitTiles warp tiles the warps split phi*gamma themselves, a
+// block per n8 tile of j too (that work would otherwise sit on a few SMs: s7-2).
 constexpr int64_t kGroupedBelow = 2048, kSplitTiles = 8;
 struct Plan {
   bool grouped, split;
@@ -280,11 +282,12 @@ template <int n> constexpr int group_smem_bytes() {
   return kFlush * 16 * tok_tiles(N) * (N + kSsParts) * int(sizeof(float));
 }
 
-// mix_partial's partials for few tokens. Block b: the tokens of one warp tile (16 kMT from
-// (b % tiles) · 16 kMT), group b / tiles; warp w computes chunks w, w + kWarps, ... of the group,
-// each from zero as mix_partial does, into shared memory, and then each (token, output) adds
-// them in chunk order: the same chain, the same bits. split: the B fragments come from
-// phi*gamma (split_planes), not from split_pg's planes.
+// mix_partial's partials for few tokens. Block (b, y): the tokens of one warp tile (16 kMT from
+// (b % tiles) · 16 kMT), group b / tiles, and of j the n8 tiles y, y + gridDim.y, ... (the sums
+// of squares in y = 0); warp w computes chunks w, w + kWarps, ... of the group, each from zero as
+// mix_partial does, into shared memory, and then each (token, output) adds them in chunk order:
+// the same chain, the same bits. split: the B fragments come from phi*gamma (split_planes),
+// not from split_pg's planes.
 template <int n>
 __global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv_bfloat16* __restrict__ planes,
                                                          int64_t Kp, bool split, float* part, float* part_ss) {
@@ -305,9 +308,11 @@ __global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) out[(16 * m + 8 * r + g) * kOut + N + tig] = chunk_ss(xr[m][r]);
+      for (int r = 0; r < 2; ++r)
+        if (blockIdx.y == 0) out[(16 * m + 8 * r + g) * kOut + N + tig] = chunk_ss(xr[m][r]);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
+      if (nt % gridDim.y != blockIdx.y) continue;
       uint4 br[kPlanes][2];
       if (split)
         split_planes(p.pg, N, K, nt * 8 + g, k, br);
@@ -328,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv
   for (int e = threadIdx.x; e < kTok * kOut; e += kThreads) {
     const int64_t t = t0 + e / kOut;
     const int o = e % kOut;
-    if (t >= p.T) continue;
+    if (t >= p.T || (o < N ? o / 8 % gridDim.y : 0) != blockIdx.y) continue;
     float acc = 0.0f;
     for (int c = 0; c < c_end - c_beg; ++c) acc += stash[c * kTok * kOut + e];
     if (o < N)
@@ -445,8 +450,8 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   if (pl.grouped) {
     constexpr int smem = group_smem_bytes<n>();
     CUDA_CHECK(cudaFuncSetAttribute(mix_group<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    mix_group<n><<<unsigned(ceil_div(p.T, 16 * tok_tiles(N)) * pl.groups), kThreads, smem, s>>>(p, planes, Kp, pl.split,
-                                                                                               part, part_ss);
+    const dim3 grid(unsigned(ceil_div(p.T, 16 * tok_tiles(N)) * pl.groups), pl.split ? plane_rows(N) / 8 : 1);
+    mix_group<n><<<grid, kThreads, smem, s>>>(p, planes, Kp, pl.split, part, part_ss);
   } else {
     mix_partial<n><<<unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.groups), 32 * pl.warps, 0, s>>>(
         p, planes, Kp, part, part_ss);

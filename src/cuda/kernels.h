@@ -48,7 +48,7 @@ struct BwdParams {
   __nv_bfloat16* dx;           // [T,K]
   float* g_tok;                // [T,N]  per-token gate gradients (dbias terms)
   float* a_tok;                // [T,3]  per-token dalpha terms
-  float* partial;              // [splits,N,K] partial sums over token splits
+  float* partial;              // [splits,N,K] partial sums over token splits (unused with one split)
   float* dphi;                 // [N,K]
   float* dalpha;               // [3]
   float* dbias;                // [N]
