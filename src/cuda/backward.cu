@@ -19,7 +19,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
 constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: two 16-token steps
-constexpr int kSplitTok = 32;          // tokens per split at least (one chunk)
+constexpr int kSplitTok = 128;         // tokens per split at least (32 gave more blocks but slower backwards at T = 128..1024: s7-3)
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole 16-token steps; one thread per token loads coef");
 static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 static_assert(kThreads % 32 == 0, "block_sums shuffles whole warps");
