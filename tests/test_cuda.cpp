@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iostream>
 #include <memory>
+#include <vector>
 
 #include "cuda_backend.h"
 #include "cuda_check.h"
@@ -65,22 +66,32 @@ TEST_CASE("cuda is bitwise deterministic from run to run") {
 }
 
 TEST_CASE("a token's forward bits do not depend on T (kernels, token tiles and the split of phi*gamma change with T)") {
-  // forward.cu, plan: at 4096,4,4096 mix_partial with 4-warp blocks; the first 1000 tokens
-  // mix_group on split_pg's planes; the first 100 mix_group splitting phi*gamma itself
-  const Case big = generate_case(parse_shape("4096,4,4096"), 6, false);
-  Case a = big.inputs_only();
-  cuda_run(a, Pass::fwd, false);
-  for (int64_t T : {1000, 100}) {
-    Case small = big.inputs_only();
-    Tensor& x = small.t["x"];
-    x.shape = {T, 4, 4096};
-    x.bytes.resize(size_t(T * 4 * 4096 * 2));
-    small.prob.tokens = {T};
-    cuda_run(small, Pass::fwd, false);
-    for (const char* s : {"inv_rms", "h_mix", "h_pre", "h_post", "h_res", "h_in"}) {
-      INFO("T ", T, ", stage ", s);
-      const Tensor &ta = a.get(s), &tb = small.get(s);
-      CHECK(std::equal(tb.bytes.begin(), tb.bytes.end(), ta.bytes.begin()));
+  // forward.cu, plan: the full T of each shape takes mix_partial, the middle one mix_group on
+  // split_pg's planes, the last mix_group splitting phi*gamma itself. The shapes: whole groups
+  // (K = 16384); N = 63 with one m16 tile a warp and K % 8 != 0; odd K (element-wise loads and
+  // split) with a short last group; one group of two chunks.
+  struct Shape {
+    const char* full;
+    std::vector<int64_t> fewer;
+  };
+  for (const Shape& sh : {Shape{"4096,4,4096", {1000, 100}}, Shape{"11000,7,300", {1000, 100}},
+                          Shape{"16400,3,1111", {1000, 17}}, Shape{"65600,5,13", {5000, 200}}}) {
+    const Case big = generate_case(parse_shape(sh.full), 6, false);
+    Case a = big.inputs_only();
+    cuda_run(a, Pass::fwd, false);
+    const Tensor& x = big.get("x");
+    for (int64_t T : sh.fewer) {
+      Case small = big.inputs_only();
+      Tensor& xs = small.t["x"];
+      xs.shape = {T, x.shape[1], x.shape[2]};
+      xs.bytes.resize(size_t(T * x.shape[1] * x.shape[2] * 2));
+      small.prob.tokens = {T};
+      cuda_run(small, Pass::fwd, false);
+      for (const char* s : {"inv_rms", "h_mix", "h_pre", "h_post", "h_res", "h_in"}) {
+        INFO("shape ", sh.full, ", T ", T, ", stage ", s);
+        const Tensor &ta = a.get(s), &tb = small.get(s);
+        CHECK(std::equal(tb.bytes.begin(), tb.bytes.end(), ta.bytes.begin()));
+      }
     }
   }
 }

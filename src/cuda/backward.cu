@@ -1,10 +1,10 @@
-// backward.cu — the backward in three kernels (two for few tokens), no atomics, every sum in a
-// fixed order:
+// backward.cu — the backward in three kernels (two with one token split: fewer than 256 tokens,
+// or K above 131072), no atomics, every sum in a fixed order:
 //   token_grads   one block per token: dh_pre, the gate gradients, dh_mix, dinv_rms,
 //                 and the per-token terms of dalpha and dbias
 //   dx_param      a block per (K tile, token split): dvecX = dh_mix·phi and dx, and
 //                 P = sum_t dh_mix^T x over the split, both on tensor cores, in one read of x;
-//                 with one split (few tokens) also param_final's work, in 3 + N more blocks
+//                 with one split also param_final's work, in 3 + N more blocks
 //   param_final   per column k: P summed over splits in order; dphi = P*gamma,
 //                 dgamma = sum_j phi[j,k] P[j,k] (= sum_t x * dvecX); and in 3 + N more
 //                 blocks dalpha and dbias, the per-token terms summed by a fixed tree

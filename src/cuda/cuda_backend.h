@@ -73,7 +73,7 @@ inline double stage_elements(const Stage& s, const Problem& p) {
 // Float elements of the device buffers that are no stage.
 struct CudaScratch {
   double pg = 0;           // [N,K] phi with gamma folded in, read by the forward
-  double fwd = 0;          // the forward's partial sums over K slices
+  double fwd = 0;          // the forward's phi*gamma planes and partial sums over groups of K
   double g_tok = 0;        // backward: [T,N] per-token gate gradients
   double a_tok = 0;        // backward: [T,3] per-token dalpha terms
   double partial = 0;      // backward: [splits,N,K] partial sums over token splits

@@ -8,7 +8,7 @@
 //                (inside the mma possibly toward zero, but each chain there is 12 steps from zero).
 //                Each warp owns 16 or 32 tokens and loads its fragments straight from global
 //                memory (no shared memory)
-//   mix_group    (few tokens) the same partials, a block per (one warp's tokens, group): its warps
+//   mix_group    (few tokens or a short K) the same partials, a block per (one warp's tokens, group): its warps
 //                share the group's chunks and the block adds their results in chunk order; where
 //                the tokens are very few the warps split phi*gamma into planes themselves (no
 //                split_pg), a block per n8 tile of j
@@ -48,20 +48,22 @@ static_assert(kThreads % 32 == 0 && kFinTok <= kThreads, "whole warps");
 // whose accumulators alone take 4·N/8 registers per tile.
 __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
 
-// How the forward splits a shape. Both ways give every (token tile of a warp, group) one partial.
-// Many tokens: mix_partial, each warp one group in one chain, as many warps per block (1..kWarps,
-// sharing the planes through L1) as still give two blocks per SM of an H100. Few tokens
-// (fewer than kGroupedBelow (warp tile, group) pairs): mix_group, a block per pair, eight times
-// the warps; and with at most kSplitTiles warp tiles the warps split phi*gamma themselves, a
-// block per n8 tile of j too (that work would otherwise sit on a few SMs: s7-2).
+// How the forward splits a shape. Both ways give every (token tile of a warp, group) one partial,
+// with the same bits. Where there are kGroupedBelow (warp tile, group) pairs or more (many tokens
+// or a long K): mix_partial, each warp one group in one chain, as many warps per block (1..kWarps,
+// sharing the planes through L1) as still give two blocks per SM of an H100. Fewer:
+// mix_group, a block per pair, eight times the warps; and with at most kSplitTiles warp tiles
+// the warps split phi*gamma themselves, a block per n8 tile of j too (that work would otherwise
+// sit on a few SMs: s7-2). group_fits: mix_group's shared memory fits the device (not so at
+// n = 6 on cards of compute capability 8.6 and 8.9: 99 KiB).
 constexpr int64_t kGroupedBelow = 2048, kSplitTiles = 8;
 struct Plan {
   bool grouped, split;
   int warps, groups;
 };
-Plan plan(int64_t T, int N, int K) {
+Plan plan(int64_t T, int N, int K, bool group_fits) {
   const int64_t groups = ceil_div(ceil_div(K, kChunk), kFlush), wtiles = ceil_div(T, 16 * tok_tiles(N));
-  if (wtiles * groups < kGroupedBelow) return {true, wtiles <= kSplitTiles, kWarps, int(groups)};
+  if (group_fits && wtiles * groups < kGroupedBelow) return {true, wtiles <= kSplitTiles, kWarps, int(groups)};
   int w = kWarps;
   while (w > 1 && ceil_div(wtiles, w) * groups < kFillBlocks) w /= 2;
   return {false, false, w, int(groups)};
@@ -122,7 +124,7 @@ __device__ __forceinline__ void load_planes(const __nv_bfloat16* __restrict__ pl
 }
 
 // The same fragments split from phi*gamma here, with split_pg's arithmetic (the same bits):
-// 16-byte loads when K % 4 == 0 (a run of 4 from a multiple of 16 is then all in or all out).
+// 16-byte loads when K % 4 == 0 (a run of 4 from a multiple of 4 is then all in or all out).
 __device__ __forceinline__ void split_planes(const float* __restrict__ pg, int N, int K, int row, int k,
                                              uint4 (&br)[kPlanes][2]) {
   float v[16];
@@ -276,13 +278,14 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
     }
 }
 
-// Shared memory of mix_group: every chunk's results for the block's tokens, [kFlush][16 kMT][N + kSsParts].
+// Shared memory of mix_group: every chunk's results for the block's tokens, [kFlush][16 kMT][N + kSsParts]
+// (56 KiB at n = 4, 104 KiB at n = 6).
 template <int n> constexpr int group_smem_bytes() {
   constexpr int N = n * n + 2 * n;
   return kFlush * 16 * tok_tiles(N) * (N + kSsParts) * int(sizeof(float));
 }
 
-// mix_partial's partials for few tokens. Block (b, y): the tokens of one warp tile (16 kMT from
+// mix_partial's partials where the (warp tile, group) pairs are few. Block (b, y): the tokens of one warp tile (16 kMT from
 // (b % tiles) · 16 kMT), group b / tiles, and of j the n8 tiles y, y + gridDim.y, ... (the sums
 // of squares in y = 0); warp w computes chunks w, w + kWarps, ... of the group, each from zero as
 // mix_partial does, into shared memory, and then each (token, output) adds them in chunk order:
@@ -435,10 +438,21 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
   }
 }
 
+// Whether mix_group's shared memory fits the current device (asked once per process and n).
+template <int n> bool group_fits() {
+  static const bool fits = [] {
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    return group_smem_bytes<n>() <= optin;
+  }();
+  return fits;
+}
+
 template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
-  const Plan pl = plan(p.T, N, K);
+  const Plan pl = plan(p.T, N, K, group_fits<n>());
   const int64_t Kp = plane_cols(K), plane_floats = ceil_div(kPlanes * plane_rows(N) * Kp, 8) * 4;  // 16-byte multiple
   auto* planes = reinterpret_cast<__nv_bfloat16*>(p.scratch);
   float* part = p.scratch + plane_floats;
@@ -467,7 +481,7 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
 
 int64_t forward_scratch_floats(int64_t T, int n, int D) {
   const int N = n * n + 2 * n, K = n * D;
-  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + int64_t(plan(T, N, K).groups) * T * (N + kSsParts);
+  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + int64_t(plan(T, N, K, true).groups) * T * (N + kSsParts);
 }
 
 void launch_forward(const FwdParams& p, cudaStream_t s) {
