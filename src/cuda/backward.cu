@@ -19,7 +19,7 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
 constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: two 16-token steps
-constexpr int kSplitTok = 128;         // tokens per split at least (32 gave more blocks but slower backwards at T = 128..1024: s7-3)
+constexpr int kSplitTok = 128;         // tokens per split at least (32 was slower at T = 128..1024: s7-3)
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole 16-token steps; one thread per token loads coef");
 static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 static_assert(kThreads % 32 == 0, "block_sums shuffles whole warps");
@@ -222,8 +222,8 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   const int tok_row = tok_slot(4 * (i8 / 2) + (i8 % 2) + 2 * (mi >> 1)), tok_unit = mi & 1;
   const int ptok_row = tok_slot(4 * (i8 / 2) + (i8 % 2) + 2 * (mi & 1)), ptok_unit = mi >> 1;
   // The next chunk's dh_mix, h_pre, inv_rms and dinv_rms are loaded into registers while this
-  // chunk is computed (the first chunk's while phi's tile is), then staged. Item e of dh_mix is token e % kChunk, j = 4 (e / kChunk)
-  // .. +3 (half a unit), one 8-byte store per plane.
+  // chunk is computed (the first chunk's while phi's tile is), then staged. Item e of dh_mix is
+  // token e % kChunk, j = 4 (e / kChunk) .. +3 (half a unit), one 8-byte store per plane.
   constexpr int kSQ = ceil_div(kChunk * 2 * U, kThreads), kHQ = ceil_div(kChunk * n, kThreads);
   struct Staged {
     float dhm[kSQ][4], hp[kHQ], ir, dinv;

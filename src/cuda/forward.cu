@@ -285,12 +285,12 @@ template <int n> constexpr int group_smem_bytes() {
   return kFlush * 16 * tok_tiles(N) * (N + kSsParts) * int(sizeof(float));
 }
 
-// mix_partial's partials where the (warp tile, group) pairs are few. Block (b, y): the tokens of one warp tile (16 kMT from
-// (b % tiles) · 16 kMT), group b / tiles, and of j the n8 tiles y, y + gridDim.y, ... (the sums
-// of squares in y = 0); warp w computes chunks w, w + kWarps, ... of the group, each from zero as
-// mix_partial does, into shared memory, and then each (token, output) adds them in chunk order:
-// the same chain, the same bits. split: the B fragments come from phi*gamma (split_planes),
-// not from split_pg's planes.
+// mix_partial's partials where the (warp tile, group) pairs are few. Block (b, y): the tokens
+// of one warp tile (16 kMT from (b % tiles) · 16 kMT), group b / tiles, and of j the n8 tiles
+// y, y + gridDim.y, ... (the sums of squares in y = 0); warp w computes chunks w, w + kWarps, ...
+// of the group, each from zero as mix_partial does, into shared memory, and then each (token,
+// output) adds them in chunk order: the same chain, the same bits. split: the B fragments come
+// from phi*gamma (split_planes), not from split_pg's planes.
 template <int n>
 __global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv_bfloat16* __restrict__ planes,
                                                          int64_t Kp, bool split, float* part, float* part_ss) {
