@@ -57,12 +57,13 @@ __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
 // sit on a few SMs: s7-2). group_fits: mix_group's shared memory fits the device (not so at
 // n = 6 on cards of compute capability 8.6 and 8.9: 99 KiB).
 constexpr int64_t kGroupedBelow = 2048, kSplitTiles = 8;
+int64_t k_groups(int K) { return ceil_div(ceil_div(K, kChunk), kFlush); }  // groups of kFlush chunks in K
 struct Plan {
   bool grouped, split;
   int warps, groups;
 };
 Plan plan(int64_t T, int N, int K, bool group_fits) {
-  const int64_t groups = ceil_div(ceil_div(K, kChunk), kFlush), wtiles = ceil_div(T, 16 * tok_tiles(N));
+  const int64_t groups = k_groups(K), wtiles = ceil_div(T, 16 * tok_tiles(N));
   if (group_fits && wtiles * groups < kGroupedBelow) return {true, wtiles <= kSplitTiles, kWarps, int(groups)};
   int w = kWarps;
   while (w > 1 && ceil_div(wtiles, w) * groups < kFillBlocks) w /= 2;
@@ -481,7 +482,7 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
 
 int64_t forward_scratch_floats(int64_t T, int n, int D) {
   const int N = n * n + 2 * n, K = n * D;
-  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + int64_t(plan(T, N, K, true).groups) * T * (N + kSsParts);
+  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + k_groups(K) * T * (N + kSsParts);
 }
 
 void launch_forward(const FwdParams& p, cudaStream_t s) {
