@@ -10,6 +10,7 @@
 //                 blocks dalpha and dbias, the per-token terms summed by a fixed tree
 #include "bf16_split.cuh"
 #include "cuda_check.h"
+#include "dependent_launch.cuh"
 #include "kernels.h"
 
 namespace mhc::cuda {
@@ -77,6 +78,7 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
   __shared__ float red[kWarps][n];
   __shared__ float g[N];
   __shared__ float dhp[n];
+  allow_dependents();  // dx_param's blocks may load phi's tiles meanwhile
   const int64_t t = blockIdx.x;
   const int K = n * p.D;
   float part[n];  // dh_pre: sum_d dh_in * x over the thread's columns, then over the block
@@ -206,6 +208,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   const int K = n * p.D, D = p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, w = threadIdx.x / 32;
   const int ctiles = int(ceil_div(K, kColTile));
   if (int(blockIdx.x) >= ctiles) {  // one split: dalpha and dbias
+    wait_prior_grid();  // token_grads' a_tok and g_tok
     token_param<n>(p, int(blockIdx.x) - ctiles);
     return;
   }
@@ -222,8 +225,8 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   const int tok_row = tok_slot(4 * (i8 / 2) + (i8 % 2) + 2 * (mi >> 1)), tok_unit = mi & 1;
   const int ptok_row = tok_slot(4 * (i8 / 2) + (i8 % 2) + 2 * (mi & 1)), ptok_unit = mi >> 1;
   // The next chunk's dh_mix, h_pre, inv_rms and dinv_rms are loaded into registers while this
-  // chunk is computed (the first chunk's while phi's tile is), then staged. Item e of dh_mix is
-  // token e % kChunk, j = 4 (e / kChunk) .. +3 (half a unit), one 8-byte store per plane.
+  // chunk is computed, then staged. Item e of dh_mix is token e % kChunk, j = 4 (e / kChunk)
+  // .. +3 (half a unit), one 8-byte store per plane.
   constexpr int kSQ = ceil_div(kChunk * 2 * U, kThreads), kHQ = ceil_div(kChunk * n, kThreads);
   struct Staged {
     float dhm[kSQ][4], hp[kHQ], ir, dinv;
@@ -245,7 +248,6 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     nx.ir = tok ? p.inv_rms[c0 + threadIdx.x] : 0.0f;
     nx.dinv = tok ? p.dinv_rms[c0 + threadIdx.x] : 0.0f;
   };
-  fetch(ta);
   // phi's column tile as planes, a column per thread, the loads of up to 4 units (32 rows) in
   // flight at once (all of them up to n = 4)
   {
@@ -276,6 +278,8 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       }
     }
   }
+  wait_prior_grid();  // token_grads' dh_mix and dinv_rms; phi's tile above overlapped it
+  fetch(ta);
   float gam[4];
 #pragma unroll
   for (int q = 0; q < 4; ++q) gam[q] = k4 + q < K ? p.gamma[k4 + q] : 0.0f;
@@ -478,6 +482,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   // C fragment element i: row g (i < 2) or g + 8 of m-tile mt, i.e. column 4g + 2mt + i / 2;
   // n-index 2tig + i % 2 of j-tile nj. One split: P[j][column] in shared memory (phi's tile
   // is free after the barrier; N·kColTile floats fit in its kPlanes·U·kColTile units).
+  allow_dependents();
   float* ps = reinterpret_cast<float*>(phs);
   if (p.splits == 1) __syncthreads();
 #pragma unroll
@@ -507,6 +512,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
 template <int n>
 __global__ void __launch_bounds__(kThreads) param_final(BwdParams p, int ktiles) {
   constexpr int N = n * n + 2 * n;
+  wait_prior_grid();  // dx_param's partials
   if (int(blockIdx.x) >= ktiles) {
     token_param<n>(p, int(blockIdx.x) - ktiles);
     return;
@@ -533,15 +539,14 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   CUDA_CHECK(cudaFuncSetAttribute(dx_param<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
+  // token_grads is an ordinary launch, the later kernels programmatic dependents of the one
+  // before (dependent_launch.cuh)
   if (p.splits == 1) {  // dx_param does param_final's work too
-    dx_param<n><<<ctiles + 3 + N, kThreads, smem, s>>>(p);
-    CUDA_CHECK(cudaGetLastError());
+    launch_after(dx_param<n>, ctiles + 3 + N, kThreads, smem, s, p);
     return;
   }
-  dx_param<n><<<dim3(ctiles, unsigned(p.splits)), kThreads, smem, s>>>(p);
-  CUDA_CHECK(cudaGetLastError());
-  param_final<n><<<ktiles + 3 + N, kThreads, 0, s>>>(p, int(ktiles));
-  CUDA_CHECK(cudaGetLastError());
+  launch_after(dx_param<n>, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
+  launch_after(param_final<n>, ktiles + 3 + N, kThreads, 0, s, p, int(ktiles));
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 
 #include "bf16_split.cuh"
 #include "cuda_check.h"
+#include "dependent_launch.cuh"
 #include "kernels.h"
 
 namespace mhc::cuda {
@@ -79,6 +80,7 @@ __device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 // planes [kPlanes][rows][Kp]: pg = hi + mid + lo exactly (each the nearest bf16 to what is left).
 __global__ void __launch_bounds__(kThreads) split_pg(const float* pg, int N, int K, int rows, int64_t Kp,
                                                      __nv_bfloat16* planes) {
+  allow_dependents();  // the mix kernel's blocks may load x meanwhile
   const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (e >= rows * Kp) return;
   const int j = int(e / Kp);
@@ -235,6 +237,7 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
   uint4 next[kMT][2][2];  // [m tile][row g, g + 8][16-byte half]
   constexpr bool kPrefetch = N <= 48;  // beyond, the registers spill
   load_chunk<kMT>(p, K, vec, tw, g, c_beg * kChunk + 16 * tig, next);
+  wait_prior_grid();  // split_pg's planes
   for (int c = c_beg; c < c_end; ++c) {
     const int k = c * kChunk + 16 * tig;
     if (!kPrefetch && c > c_beg) load_chunk<kMT>(p, K, vec, tw, g, k, next);
@@ -261,6 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
     }
   }
 
+  allow_dependents();
   const int64_t base = int64_t(grp) * p.T;
 #pragma unroll
   for (int m = 0; m < kMT; ++m)
@@ -304,6 +308,7 @@ __global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv
   const bool vec = K % 8 == 0;
   const int64_t plane = plane_rows(N) * Kp;
 
+  wait_prior_grid();  // split_pg's planes (a no-op where the warps split phi*gamma: an ordinary launch)
   for (int c = c_beg + int(threadIdx.x / 32); c < c_end; c += kWarps) {
     const int k = c * kChunk + 16 * tig;
     float* out = stash + (c - c_beg) * kTok * kOut;
@@ -334,6 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv
     }
   }
   __syncthreads();
+  allow_dependents();
   for (int e = threadIdx.x; e < kTok * kOut; e += kThreads) {
     const int64_t t = t0 + e / kOut;
     const int o = e % kOut;
@@ -360,6 +366,7 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
   const int K = n * p.D, tid = threadIdx.x;
   const int64_t t0 = int64_t(blockIdx.x) * kFinTok;
   const bool writes_gates = blockIdx.y == 0;
+  wait_prior_grid();  // the partials
 
   // each (token, output): the groups' partials, in order
   for (int e = tid; e < kFinTok * (N + kSsParts); e += kThreads) {
@@ -458,6 +465,8 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   auto* planes = reinterpret_cast<__nv_bfloat16*>(p.scratch);
   float* part = p.scratch + plane_floats;
   float* part_ss = part + int64_t(pl.groups) * p.T * N;
+  // The pass's first kernel is an ordinary launch; each later one a programmatic dependent of
+  // the one before (dependent_launch.cuh).
   if (!pl.split) {
     split_pg<<<unsigned(ceil_div(plane_rows(N) * Kp, kThreads)), kThreads, 0, s>>>(p.pg, N, K, plane_rows(N), Kp, planes);
     CUDA_CHECK(cudaGetLastError());
@@ -466,16 +475,18 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
     constexpr int smem = group_smem_bytes<n>();
     CUDA_CHECK(cudaFuncSetAttribute(mix_group<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
     const dim3 grid(unsigned(ceil_div(p.T, 16 * tok_tiles(N)) * pl.groups), pl.split ? plane_rows(N) / 8 : 1);
-    mix_group<n><<<grid, kThreads, smem, s>>>(p, planes, Kp, pl.split, part, part_ss);
+    if (pl.split)
+      mix_group<n><<<grid, kThreads, smem, s>>>(p, planes, Kp, pl.split, part, part_ss);
+    else
+      launch_after(mix_group<n>, grid, kThreads, smem, s, p, planes, Kp, pl.split, part, part_ss);
+    CUDA_CHECK(cudaGetLastError());
   } else {
-    mix_partial<n><<<unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.groups), 32 * pl.warps, 0, s>>>(
-        p, planes, Kp, part, part_ss);
+    launch_after(mix_partial<n>, unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.groups), 32 * pl.warps, 0, s,
+                 p, planes, Kp, part, part_ss);
   }
-  CUDA_CHECK(cudaGetLastError());
   const int64_t fin_tiles = ceil_div(p.T, kFinTok);
   const int64_t ranges = std::min(ceil_div(kFillBlocks, fin_tiles), ceil_div(p.D, 512));  // h_in column ranges a token tile
-  mix_finish<n><<<dim3(unsigned(fin_tiles), unsigned(ranges)), kThreads, 0, s>>>(p, pl.groups, part, part_ss);
-  CUDA_CHECK(cudaGetLastError());
+  launch_after(mix_finish<n>, dim3(unsigned(fin_tiles), unsigned(ranges)), kThreads, 0, s, p, pl.groups, part, part_ss);
 }
 
 }  // namespace
