@@ -542,11 +542,12 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   // token_grads is an ordinary launch, the later kernels programmatic dependents of the one
   // before (dependent_launch.cuh)
   if (p.splits == 1) {  // dx_param does param_final's work too
-    launch_after(dx_param<n>, ctiles + 3 + N, kThreads, smem, s, p);
+    // not a dependent where its blocks walk several chunks: that lost at T = 128 (s8-1)
+    launch_after(p.T <= kChunk, dx_param<n>, ctiles + 3 + N, kThreads, smem, s, p);
     return;
   }
-  launch_after(dx_param<n>, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
-  launch_after(param_final<n>, ktiles + 3 + N, kThreads, 0, s, p, int(ktiles));
+  launch_after(true, dx_param<n>, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
+  launch_after(true, param_final<n>, ktiles + 3 + N, kThreads, 0, s, p, int(ktiles));
 }
 
 }  // namespace

@@ -25,10 +25,10 @@ __device__ __forceinline__ void allow_dependents() {
 #endif
 }
 
-// k<<<grid, block, smem, s>>>(args...), as a programmatic dependent of the stream's previous
-// kernel where the device has compute capability 9.0 or later. Checked.
+// k<<<grid, block, smem, s>>>(args...), checked; a programmatic dependent of the stream's
+// previous kernel when `dependent` and the device has compute capability 9.0 or later.
 template <class... P, class... A>
-void launch_after(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
+void launch_after(bool dependent, void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
   static const bool supported = [] {
     int dev = 0, major = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
@@ -44,7 +44,7 @@ void launch_after(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStrea
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = &attr;
-  cfg.numAttrs = supported ? 1 : 0;
+  cfg.numAttrs = dependent && supported ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...));
 }
 

@@ -54,25 +54,28 @@ __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
 // or a long K): mix_partial, each warp one group in one chain, as many warps per block (1..kWarps,
 // sharing the planes through L1) as still give two blocks per SM of an H100. Fewer:
 // mix_group, a block per pair, eight times the warps; and with at most kSplitTiles warp tiles
-// the warps split phi*gamma themselves, a block per n8 tile of j too (that work would otherwise
-// sit on a few SMs: s7-2). group_fits: mix_group's shared memory fits the device (not so at
+// the warps split phi*gamma themselves, and while the blocks stay within kFillBlocks a block
+// per n8 tile of j too (that work would otherwise sit on a few SMs: s7-2; 336 blocks lost at
+// 128,4,7168: s7-3). group_fits: mix_group's shared memory fits the device (not so at
 // n = 6 on cards of compute capability 8.6 and 8.9: 99 KiB).
 constexpr int64_t kGroupedBelow = 2048, kSplitTiles = 8;
 int64_t k_groups(int K) { return ceil_div(ceil_div(K, kChunk), kFlush); }  // groups of kFlush chunks in K
-struct Plan {
-  bool grouped, split;
-  int warps, groups;
-};
-Plan plan(int64_t T, int N, int K, bool group_fits) {
-  const int64_t groups = k_groups(K), wtiles = ceil_div(T, 16 * tok_tiles(N));
-  if (group_fits && wtiles * groups < kGroupedBelow) return {true, wtiles <= kSplitTiles, kWarps, int(groups)};
-  int w = kWarps;
-  while (w > 1 && ceil_div(wtiles, w) * groups < kFillBlocks) w /= 2;
-  return {false, false, w, int(groups)};
-}
-
 // Rows of the planes (N rounded up to whole n8 tiles) and their padded length (whole chunks).
 __host__ __device__ constexpr int plane_rows(int N) { return int(ceil_div(N, 8)) * 8; }
+struct Plan {
+  bool grouped, split;
+  int warps, groups, jtiles;  // jtiles: mix_group's blocks per (warp tile, group), each its share of the n8 tiles of j
+};
+Plan plan(int64_t T, int N, int K, bool group_fits) {
+  const int64_t groups = k_groups(K), wtiles = ceil_div(T, 16 * tok_tiles(N)), NT = plane_rows(N) / 8;
+  if (group_fits && wtiles * groups < kGroupedBelow) {
+    const bool split = wtiles <= kSplitTiles;
+    return {true, split, kWarps, int(groups), split && wtiles * groups * NT <= kFillBlocks ? int(NT) : 1};
+  }
+  int w = kWarps;
+  while (w > 1 && ceil_div(wtiles, w) * groups < kFillBlocks) w /= 2;
+  return {false, false, w, int(groups), 1};
+}
 int64_t plane_cols(int K) { return ceil_div(K, kChunk) * kChunk; }
 
 __device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
@@ -474,19 +477,15 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   if (pl.grouped) {
     constexpr int smem = group_smem_bytes<n>();
     CUDA_CHECK(cudaFuncSetAttribute(mix_group<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-    const dim3 grid(unsigned(ceil_div(p.T, 16 * tok_tiles(N)) * pl.groups), pl.split ? plane_rows(N) / 8 : 1);
-    if (pl.split)
-      mix_group<n><<<grid, kThreads, smem, s>>>(p, planes, Kp, pl.split, part, part_ss);
-    else
-      launch_after(mix_group<n>, grid, kThreads, smem, s, p, planes, Kp, pl.split, part, part_ss);
-    CUDA_CHECK(cudaGetLastError());
+    const dim3 grid(unsigned(ceil_div(p.T, 16 * tok_tiles(N)) * pl.groups), unsigned(pl.jtiles));
+    launch_after(!pl.split, mix_group<n>, grid, kThreads, smem, s, p, planes, Kp, pl.split, part, part_ss);
   } else {
-    launch_after(mix_partial<n>, unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.groups), 32 * pl.warps, 0, s,
+    launch_after(true, mix_partial<n>, unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.groups), 32 * pl.warps, 0, s,
                  p, planes, Kp, part, part_ss);
   }
   const int64_t fin_tiles = ceil_div(p.T, kFinTok);
   const int64_t ranges = std::min(ceil_div(kFillBlocks, fin_tiles), ceil_div(p.D, 512));  // h_in column ranges a token tile
-  launch_after(mix_finish<n>, dim3(unsigned(fin_tiles), unsigned(ranges)), kThreads, 0, s, p, pl.groups, part, part_ss);
+  launch_after(true, mix_finish<n>, dim3(unsigned(fin_tiles), unsigned(ranges)), kThreads, 0, s, p, pl.groups, part, part_ss);
 }
 
 }  // namespace
