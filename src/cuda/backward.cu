@@ -524,9 +524,21 @@ __global__ void __launch_bounds__(kThreads) param_final(BwdParams p, int ktiles)
   float s[N];
 #pragma unroll
   for (int j = 0; j < N; ++j) s[j] = 0.0f;
-  for (int q = 0; q < p.splits; ++q)
+  // kQ splits' loads in flight at once (one split's were one DRAM round trip each: 825 µs for
+  // 507 splits at 65000,4,16, s8-2), then added in split order
+  constexpr int kQ = N <= 24 ? 4 : N <= 48 ? 2 : 1;
+  for (int q = 0; q < p.splits; q += kQ) {
+    float v[kQ][N];
 #pragma unroll
-    for (int j = 0; j < N; ++j) s[j] += partial[(int64_t(q) * N + j) * K + k];
+    for (int u = 0; u < kQ; ++u)
+#pragma unroll
+      for (int j = 0; j < N; ++j) v[u][j] = q + u < p.splits ? partial[(int64_t(q + u) * N + j) * K + k] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kQ; ++u)
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+        if (q + u < p.splits) s[j] += v[u][j];
+  }
   column_params<N>(p, K, k, [&](int j) { return s[j]; });
 }
 
@@ -542,8 +554,10 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   // token_grads is an ordinary launch, the later kernels programmatic dependents of the one
   // before (dependent_launch.cuh)
   if (p.splits == 1) {  // dx_param does param_final's work too
-    // not a dependent where its blocks walk several chunks: that lost at T = 128 (s8-1)
-    launch_after(p.T <= kChunk, dx_param<n>, ctiles + 3 + N, kThreads, smem, s, p);
+    // A dependent, except where two of its blocks may share an SM (n <= 4) and each walks more
+    // than two chunks: there it lost (T = 128: 27.8 -> 33.0 µs, T = 200: 38.6 -> 48.0; s8-1,
+    // s8-2), while at T = 64 and at n = 8 it won 3-4 µs.
+    launch_after(n > 4 || p.T <= 2 * kChunk, dx_param<n>, ctiles + 3 + N, kThreads, smem, s, p);
     return;
   }
   launch_after(true, dx_param<n>, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);

@@ -54,9 +54,9 @@ __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
 // or a long K): mix_partial, each warp one group in one chain, as many warps per block (1..kWarps,
 // sharing the planes through L1) as still give two blocks per SM of an H100. Fewer:
 // mix_group, a block per pair, eight times the warps; and with at most kSplitTiles warp tiles
-// the warps split phi*gamma themselves, and while the blocks stay within kFillBlocks a block
-// per n8 tile of j too (that work would otherwise sit on a few SMs: s7-2; 336 blocks lost at
-// 128,4,7168: s7-3). group_fits: mix_group's shared memory fits the device (not so at
+// the warps split phi*gamma themselves, and where those blocks would fill at most half of an
+// H100's SMs a block per n8 tile of j too (that work would otherwise sit on a few SMs: s7-2; it
+// lost where the pairs were 112 or 256: 128,4,7168, 200,4,4096, 128,8,4096 in s8-2). group_fits: mix_group's shared memory fits the device (not so at
 // n = 6 on cards of compute capability 8.6 and 8.9: 99 KiB).
 constexpr int64_t kGroupedBelow = 2048, kSplitTiles = 8;
 int64_t k_groups(int K) { return ceil_div(ceil_div(K, kChunk), kFlush); }  // groups of kFlush chunks in K
@@ -70,7 +70,7 @@ Plan plan(int64_t T, int N, int K, bool group_fits) {
   const int64_t groups = k_groups(K), wtiles = ceil_div(T, 16 * tok_tiles(N)), NT = plane_rows(N) / 8;
   if (group_fits && wtiles * groups < kGroupedBelow) {
     const bool split = wtiles <= kSplitTiles;
-    return {true, split, kWarps, int(groups), split && wtiles * groups * NT <= kFillBlocks ? int(NT) : 1};
+    return {true, split, kWarps, int(groups), split && wtiles * groups <= kFillBlocks / 4 ? int(NT) : 1};
   }
   int w = kWarps;
   while (w > 1 && ceil_div(wtiles, w) * groups < kFillBlocks) w /= 2;
