@@ -509,13 +509,15 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
 }
 
 // Blocks 0 .. ktiles-1, a column k per thread: P[j,k] summed over the splits in order, then dphi
-// and dgamma (the N sums of one split are independent loads, all in flight at once). Then 3 + N
+// and dgamma (the loads of kQ splits in flight at once). Then 3 + N
 // blocks, one per column of a_tok and g_tok: dalpha and dbias, the per-token terms summed by a
 // fixed tree (each thread its tokens in order, then block_sums).
 template <int n>
 __global__ void __launch_bounds__(kThreads) param_final(BwdParams p, int ktiles) {
   constexpr int N = n * n + 2 * n;
-  wait_prior_grid();  // dx_param's partials
+  // dx_param's partials; token_grads' a_tok and g_tok too, since every dx_param block waited
+  // for token_grads before it let this kernel start
+  wait_prior_grid();
   if (int(blockIdx.x) >= ktiles) {
     token_param<n>(p, int(blockIdx.x) - ktiles);
     return;
@@ -528,8 +530,9 @@ __global__ void __launch_bounds__(kThreads) param_final(BwdParams p, int ktiles)
 #pragma unroll
   for (int j = 0; j < N; ++j) s[j] = 0.0f;
   // kQ splits' loads in flight at once (one split's were one DRAM round trip each: 825 µs for
-  // 507 splits at 65000,4,16, s8-2), then added in split order
-  constexpr int kQ = N <= 24 ? 4 : N <= 48 ? 2 : 1;
+  // 507 splits at 65000,4,16, s8-2), then added in split order. Only up to n = 4: beyond, the
+  // registers (245 at n = 5 with two splits) leave one block per SM (not measured).
+  constexpr int kQ = N <= 24 ? 4 : 1;
   for (int q = 0; q < p.splits; q += kQ) {
     float v[kQ][N];
 #pragma unroll

@@ -2,11 +2,14 @@
 // launch_after() may start while the stream's previous kernel still runs: it must call
 // wait_prior_grid() before it reads what that kernel writes or writes what that kernel reads
 // (the wait returns when that kernel has finished and its writes are visible). The previous
-// kernel lets it start early by calling allow_dependents(). On older devices, or when a kernel
-// was launched the ordinary way, both are no-ops and the launch is an ordinary one.
+// kernel lets it start early by calling allow_dependents(). Where the kernel's code was compiled
+// for an older architecture (an sm_80 build on an H100 too), both are no-ops and the launch is
+// an ordinary one.
 #pragma once
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
 #include <utility>
 
 #include "cuda_check.h"
@@ -25,16 +28,28 @@ __device__ __forceinline__ void allow_dependents() {
 #endif
 }
 
+// Whether kernel k, as the current device runs it, waits in wait_prior_grid(): its code must
+// come from PTX of compute capability 9.0 or later. The device alone does not say so: an
+// sm_80-only build runs on an H100 from compute_80 PTX, without the wait.
+inline bool waits_for_prior_grid(const void* k) {
+  static std::mutex m;
+  static std::map<std::pair<const void*, int>, bool> known;  // (kernel, device)
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(m);
+  auto [it, fresh] = known.try_emplace({k, dev}, false);
+  if (fresh) {
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, k));
+    it->second = fa.ptxVersion >= 90;
+  }
+  return it->second;
+}
+
 // k<<<grid, block, smem, s>>>(args...), checked; a programmatic dependent of the stream's
-// previous kernel when `dependent` and the device has compute capability 9.0 or later.
+// previous kernel when `dependent` and k waits for it (waits_for_prior_grid).
 template <class... P, class... A>
 void launch_after(bool dependent, void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, A&&... args) {
-  static const bool supported = [] {
-    int dev = 0, major = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    return major >= 9;
-  }();
   cudaLaunchAttribute attr{};
   attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr.val.programmaticStreamSerializationAllowed = 1;
@@ -44,7 +59,7 @@ void launch_after(bool dependent, void (*k)(P...), dim3 grid, dim3 block, size_t
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = &attr;
-  cfg.numAttrs = dependent && supported ? 1 : 0;
+  cfg.numAttrs = dependent && waits_for_prior_grid(reinterpret_cast<const void*>(k)) ? 1 : 0;
   CUDA_CHECK(cudaLaunchKernelEx(&cfg, k, std::forward<A>(args)...));
 }
 

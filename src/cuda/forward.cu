@@ -11,7 +11,7 @@
 //   mix_group    (few tokens or a short K) the same partials, a block per (one warp's tokens, group): its warps
 //                share the group's chunks and the block adds their results in chunk order; where
 //                the tokens are very few the warps split phi*gamma into planes themselves (no
-//                split_pg), a block per n8 tile of j
+//                split_pg), and where those blocks are few a block per n8 tile of j too
 //   mix_finish   a block per (kFinTok tokens, range of D): the groups' partials summed in order,
 //                inv_rms, the three gates, and h_in over the range (a second read of the tokens' x)
 // No atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
@@ -55,8 +55,9 @@ __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
 // sharing the planes through L1) as still give two blocks per SM of an H100. Fewer:
 // mix_group, a block per pair, eight times the warps; and with at most kSplitTiles warp tiles
 // the warps split phi*gamma themselves, and where those blocks would fill at most half of an
-// H100's SMs a block per n8 tile of j too (that work would otherwise sit on a few SMs: s7-2; it
-// lost where the pairs were 112 or 256: 128,4,7168, 200,4,4096, 128,8,4096 in s8-2). group_fits: mix_group's shared memory fits the device (not so at
+// H100's SMs a block per n8 tile of j too (that work would otherwise sit on a few SMs: s7-2;
+// it lost where the pairs were 112 or 256: 128,4,7168, 200,4,4096, 128,8,4096 in s8-2).
+// group_fits: mix_group's shared memory fits the device (not so at
 // n = 6 on cards of compute capability 8.6 and 8.9: 99 KiB).
 constexpr int64_t kGroupedBelow = 2048, kSplitTiles = 8;
 int64_t k_groups(int K) { return ceil_div(ceil_div(K, kChunk), kFlush); }  // groups of kFlush chunks in K
@@ -83,7 +84,7 @@ __device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
 // planes [kPlanes][rows][Kp]: pg = hi + mid + lo exactly (each the nearest bf16 to what is left).
 __global__ void __launch_bounds__(kThreads) split_pg(const float* pg, int N, int K, int rows, int64_t Kp,
                                                      __nv_bfloat16* planes) {
-  allow_dependents();  // the mix kernel's blocks may load x meanwhile
+  allow_dependents();  // mix_partial's blocks may load their first x chunk meanwhile
   const int64_t e = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   if (e >= rows * Kp) return;
   const int j = int(e / Kp);
