@@ -23,7 +23,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
 constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: two 16-token steps
 constexpr int kSplitTok = 128;         // tokens per split at least (32 was slower at T = 128..1024: s7-3)
-constexpr int64_t kMaxSplits = 128;    // param_final adds the splits in order: 507 took 560 µs (65000,4,16, s8-3)
+constexpr int64_t kMaxSplits = 128;    // param_final adds the splits in order: 507 took ~200 µs (65000,4,16, s8-3)
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole 16-token steps; one thread per token loads coef");
 static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 static_assert(kThreads % 32 == 0, "block_sums shuffles whole warps");

@@ -57,8 +57,8 @@ __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
 // the warps split phi*gamma themselves, and where those blocks would fill at most half of an
 // H100's SMs a block per n8 tile of j too (that work would otherwise sit on a few SMs: s7-2;
 // it lost where the pairs were 112 or 256: 128,4,7168, 200,4,4096, 128,8,4096 in s8-2).
-// group_fits: mix_group's shared memory fits the device (not so at
-// n = 6 on cards of compute capability 8.6 and 8.9: 99 KiB).
+// group_fits: mix_group's shared memory fits the device (not so at n = 6 on cards of compute
+// capability 8.6 and 8.9: 99 KiB).
 constexpr int64_t kGroupedBelow = 2048, kSplitTiles = 8;
 int64_t k_groups(int K) { return ceil_div(ceil_div(K, kChunk), kFlush); }  // groups of kFlush chunks in K
 // Rows of the planes (N rounded up to whole n8 tiles) and their padded length (whole chunks).
