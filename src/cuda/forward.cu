@@ -49,6 +49,7 @@ constexpr int kFlush = 16;                     // chunks in a group, summed in o
 constexpr int kFinTok = 4;                     // tokens per mix_finish block
 constexpr int kFillBlocks = 264;               // blocks that fill an H100 twice over (132 SMs)
 constexpr int kMaxOptinSmem = 227 * 1024;      // the most shared memory a block of any device may have (sm_90)
+constexpr int kStreamThreads = 32 * kFlush;    // mix_stream: a warp per chunk of a group
 static_assert(kChunk == 4 * 16 && kChunk / kSsParts == 16, "a lane holds 16 columns of a chunk: two 16-byte loads");
 static_assert(kThreads % 32 == 0 && kFinTok <= kThreads, "whole warps");
 
@@ -449,42 +450,51 @@ __device__ void token_gates(const FwdParams& p, int groups, const float* part, c
 }
 
 // h_in of tokens t0 .. t0 + kTok - 1 (those below T), over the range-th of `ranges` ranges of its
-// columns, from the tokens' h_pre in hp; 8 columns a thread in 16-byte accesses when D allows.
-// Called by the whole block.
-template <int n, int kTok>
-__device__ void token_h_in(const FwdParams& p, int64_t t0, const float (&hp)[kTok][n], int range, int ranges) {
-  const int K = n * p.D, tid = threadIdx.x;
-  if (p.D % 8 == 0) {
-    const int D8 = p.D / 8, per = int(ceil_div(D8, ranges)), d_beg = min(D8, range * per), cols = min(D8, d_beg + per) - d_beg;
-    for (int e = tid; e < kTok * cols; e += blockDim.x) {
-      const int tb = e / cols, d = (d_beg + e % cols) * 8;
-      const int64_t t = t0 + tb;
-      if (t >= p.T) break;
+// columns, from the tokens' h_pre in hp; an item is 8 columns in 16-byte accesses when D allows,
+// else one. Each thread loads x for R items before it computes them; ready() runs (in the whole
+// block) once, after the first loads and before hp is read: mix_stream waits there for the
+// gates. Called by the whole block.
+template <int n, int kTok, int R, class Ready>
+__device__ void token_h_in(const FwdParams& p, int64_t t0, const float (&hp)[kTok][n], int range, int ranges, Ready ready) {
+  const int K = n * p.D, step = int(blockDim.x);
+  const bool vec = p.D % 8 == 0;
+  const int units = vec ? p.D / 8 : p.D, per = int(ceil_div(units, ranges)), u_beg = min(units, range * per),
+            cols = min(units, u_beg + per) - u_beg, items = kTok * cols;
+  for (int base = 0; base < items; base += R * step) {
+    uint4 raw[R][n];  // vec: 8 columns of x[t, i, d..]; else column d in .x's low half
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int e = base + r * step + int(threadIdx.x), tb = e / cols, d = (u_beg + e % cols) * (vec ? 8 : 1);
+      const bool ok = e < items && t0 + tb < p.T;
+      const __nv_bfloat16* src = p.x + (t0 + tb) * K + d;
+#pragma unroll
+      for (int i = 0; i < n; ++i)
+        raw[r][i] = !ok  ? make_uint4(0, 0, 0, 0)
+                    : vec ? __ldcs(reinterpret_cast<const uint4*>(src + i * p.D))
+                          : make_uint4(__bfloat16_as_ushort(src[i * p.D]), 0, 0, 0);
+    }
+    if (base == 0) ready();
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const int e = base + r * step + int(threadIdx.x), tb = e / cols, d = (u_beg + e % cols) * (vec ? 8 : 1);
+      if (e >= items || t0 + tb >= p.T) continue;
       float a[8];
 #pragma unroll
       for (int q = 0; q < 8; ++q) a[q] = 0.0f;
 #pragma unroll
       for (int i = 0; i < n; ++i) {
-        uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d));
-        const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
+        const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw[r][i]);
 #pragma unroll
         for (int q = 0; q < 8; ++q) a[q] = fmaf(hp[tb][i], __bfloat162float(h[q]), a[q]);
       }
-      __align__(16) __nv_bfloat16 o[8];
+      if (vec) {
+        __align__(16) __nv_bfloat16 o[8];
 #pragma unroll
-      for (int q = 0; q < 8; ++q) o[q] = __float2bfloat16_rn(a[q]);
-      *reinterpret_cast<uint4*>(p.h_in + t * p.D + d) = *reinterpret_cast<const uint4*>(o);
-    }
-  } else {
-    const int per = int(ceil_div(p.D, ranges)), d_beg = min(p.D, range * per), cols = min(p.D, d_beg + per) - d_beg;
-    for (int e = tid; e < kTok * cols; e += blockDim.x) {
-      const int tb = e / cols, d = d_beg + e % cols;
-      const int64_t t = t0 + tb;
-      if (t >= p.T) break;
-      float a = 0.0f;
-#pragma unroll
-      for (int i = 0; i < n; ++i) a = fmaf(hp[tb][i], __bfloat162float(p.x[t * K + i * p.D + d]), a);
-      p.h_in[t * p.D + d] = __float2bfloat16_rn(a);
+        for (int q = 0; q < 8; ++q) o[q] = __float2bfloat16_rn(a[q]);
+        *reinterpret_cast<uint4*>(p.h_in + (t0 + tb) * p.D + d) = *reinterpret_cast<const uint4*>(o);
+      } else {
+        p.h_in[(t0 + tb) * p.D + d] = __float2bfloat16_rn(a[0]);
+      }
     }
   }
 }
@@ -502,7 +512,7 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
   const int64_t t0 = int64_t(blockIdx.x) * kFinTok;
   wait_prior_grid();  // the partials
   token_gates<n, kFinTok>(p, groups, part, part_ss, t0, blockIdx.y == 0, hm, ssq, inv, hp);
-  token_h_in<n, kFinTok>(p, t0, hp, int(blockIdx.y), int(gridDim.y));
+  token_h_in<n, kFinTok, 1>(p, t0, hp, int(blockIdx.y), int(gridDim.y), [] {});
 }
 
 // Shared memory of mix_stream: the group's planes [kPlanes][plane_rows(N)][kStreamPitch] bf16, then
@@ -515,18 +525,20 @@ template <int n> constexpr int stream_smem_bytes() {
 }
 
 // The forward in one kernel where T is large, x read from HBM once. The grid is `teams` teams of
-// one block per group of K, all resident at once (a cooperative launch). Each block keeps its
-// group's planes in shared memory (split from phi*gamma with split_pg's arithmetic) and walks the
-// token tiles (16 kMT tokens) team, team + teams, ...: for each, mix_group's partials of its
-// group (the same bits), then it counts itself in at arrived[tile]. The last block of the tile
-// to come in adds the groups' partials and writes the gates (token_gates), then counts once
-// more (groups + 1). One tile later, each block writes its range of h_in's columns for the
-// tile (token_h_in): that second read of x finds the tile's few hundred KB still in L2 (the live
-// tiles of all teams are a few MB). Waits only on tiles that every block of the team has
-// passed, so no block waits for one that waits for it.
+// one block per group of K, all resident at once (a cooperative launch); a block has a warp per
+// chunk of its group. Each block keeps its group's planes in shared memory (split from
+// phi*gamma with split_pg's arithmetic) and walks the token tiles (16 kMT tokens) team,
+// team + teams, ...: for each, mix_group's partials of its group (the same bits), then it counts
+// itself in at arrived[tile]. Meanwhile it writes its range of h_in's columns for the team's tile
+// before (token_h_in), whose x it has just loaded a second time (the tile's few hundred KB are
+// still in L2: the live tiles of all teams are a few MB): the loads are issued first, then it
+// waits until that tile's counter says its gates are written. The last block to come in at a
+// tile adds the groups' partials and writes the gates (token_gates), then counts once more
+// (groups + 1). A block waits only on tiles that every block of its team has passed, so no
+// block waits for one that waits for it.
 template <int n>
-__global__ void __launch_bounds__(kThreads, 1) mix_stream(FwdParams p, int teams, float* part, float* part_ss,
-                                                          unsigned* arrived) {
+__global__ void __launch_bounds__(kStreamThreads, 1) mix_stream(FwdParams p, int teams, float* part, float* part_ss,
+                                                                unsigned* arrived) {
   constexpr int N = n * n + 2 * n, rows = plane_rows(N), kMT = tok_tiles(N), kTok = 16 * kMT, kOut = N + kSsParts;
   constexpr int kCols = kFlush * kChunk;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -534,23 +546,19 @@ __global__ void __launch_bounds__(kThreads, 1) mix_stream(FwdParams p, int teams
   float* stash = reinterpret_cast<float*>(smem + kPlanes * rows * kStreamPitch * sizeof(__nv_bfloat16));  // [kFlush][kTok][kOut]
   __shared__ float hm[kTok][N], ssq[kTok][kSsParts], inv[kTok], hp[kTok][n];
   __shared__ bool last;
-  const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, warp = threadIdx.x / 32;
+  const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, c = threadIdx.x / 32;  // c: the warp's chunk
   const int groups = int(gridDim.x) / teams, grp = int(blockIdx.x) % groups, team = int(blockIdx.x) / groups;
   const int c_beg = grp * kFlush, chunks = min(int(ceil_div(K, kChunk)), c_beg + kFlush) - c_beg;
   const int64_t tiles = ceil_div(p.T, kTok);
   const bool vec = K % 8 == 0;
   if (team >= tiles) return;  // no barriers across blocks before this
 
-  // x of the warp's chunks warp, warp + kWarps of a tile
-  uint4 next[2][kMT][2][2];
+  uint4 next[kMT][2][2];  // x of the warp's chunk of a tile
   auto load = [&](int64_t tile) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (warp + h * kWarps < chunks)
-        load_chunk<kMT, true>(p, K, vec, tile * kTok, g, (c_beg + warp + h * kWarps) * kChunk + 16 * tig, next[h]);
+    if (c < chunks) load_chunk<kMT, true>(p, K, vec, tile * kTok, g, (c_beg + c) * kChunk + 16 * tig, next);
   };
   load(team);
-  for (int e = threadIdx.x; e < rows * kCols; e += kThreads) {
+  for (int e = threadIdx.x; e < rows * kCols; e += kStreamThreads) {
     const int row = e / kCols, col = e % kCols;
     const int64_t k = int64_t(c_beg) * kChunk + col;
     const Planes s(row < N && k < K ? p.pg[row * int64_t(K) + k] : 0.0f);
@@ -559,43 +567,36 @@ __global__ void __launch_bounds__(kThreads, 1) mix_stream(FwdParams p, int teams
   }
   __syncthreads();
 
-  // h_in of a tile over the block's range of columns, once its gates are written
   auto write_h_in = [&](int64_t tile) {
-    if (threadIdx.x == 0) {
-      while (*reinterpret_cast<volatile unsigned*>(arrived + tile) <= unsigned(groups)) __nanosleep(100);
-      __threadfence();
-    }
-    __syncthreads();
-    for (int e = threadIdx.x; e < kTok * n; e += kThreads) {
-      const int64_t t = tile * kTok + e / n;
-      hp[e / n][e % n] = t < p.T ? __ldcg(p.h_pre + t * n + e % n) : 0.0f;
-    }
-    __syncthreads();
-    token_h_in<n, kTok>(p, tile * kTok, hp, grp, groups);
-    __syncthreads();  // hp is written again by token_gates
+    token_h_in<n, kTok, 2>(p, tile * kTok, hp, grp, groups, [&] {
+      if (threadIdx.x == 0) {
+        while (*reinterpret_cast<volatile unsigned*>(arrived + tile) <= unsigned(groups)) __nanosleep(32);
+        __threadfence();
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < kTok * n; e += kStreamThreads) {
+        const int64_t t = tile * kTok + e / n;
+        hp[e / n][e % n] = t < p.T ? __ldcg(p.h_pre + t * n + e % n) : 0.0f;
+      }
+      __syncthreads();
+    });
   };
 
   for (int64_t tile = team; tile < tiles; tile += teams) {
-    uint4 xr[2][kMT][2][2];
+    uint4 xr[kMT][2][2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
+    for (int m = 0; m < kMT; ++m)
 #pragma unroll
-      for (int m = 0; m < kMT; ++m)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) xr[h][m][r][0] = next[h][m][r][0], xr[h][m][r][1] = next[h][m][r][1];
+      for (int r = 0; r < 2; ++r) xr[m][r][0] = next[m][r][0], xr[m][r][1] = next[m][r][1];
     if (tile + teams < tiles) load(tile + teams);
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int c = warp + h * kWarps;
-      if (c >= chunks) continue;
-      chunk_results<n>(xr[h], true, [](int) { return true; }, [&](int nt, uint4 (&br)[kPlanes][2]) {
+    if (c < chunks)
+      chunk_results<n>(xr, true, [](int) { return true; }, [&](int nt, uint4 (&br)[kPlanes][2]) {
 #pragma unroll
         for (int q = 0; q < kPlanes; ++q)
 #pragma unroll
           for (int hh = 0; hh < 2; ++hh)
             br[q][hh] = *reinterpret_cast<const uint4*>(planes + (q * rows + nt * 8 + g) * kStreamPitch + c * kChunk + 16 * tig + 8 * hh);
       }, stash + c * kTok * kOut);
-    }
     __syncthreads();
     add_chunks<n>(p, stash, chunks, tile * kTok, grp, [](int) { return true; }, part, part_ss);
     __syncthreads();
@@ -604,7 +605,8 @@ __global__ void __launch_bounds__(kThreads, 1) mix_stream(FwdParams p, int teams
       last = atomicAdd(arrived + tile, 1u) == unsigned(groups - 1);
       if (last) __threadfence();
     }
-    __syncthreads();
+    if (tile >= teams) write_h_in(tile - teams);
+    __syncthreads();  // `last`
     if (last) {
       token_gates<n, kTok>(p, groups, part, part_ss, tile * kTok, true, hm, ssq, inv, hp);
       if (threadIdx.x == 0) {
@@ -612,7 +614,6 @@ __global__ void __launch_bounds__(kThreads, 1) mix_stream(FwdParams p, int teams
         atomicAdd(arrived + tile, 1u);
       }
     }
-    if (tile >= teams) write_h_in(tile - teams);
   }
   write_h_in(team + (tiles - 1 - team) / teams * teams);
 }
@@ -643,7 +644,7 @@ template <int n> int stream_blocks() {
       CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
       if (smem > optin || !coop) return 0;
       CUDA_CHECK(cudaFuncSetAttribute(mix_stream<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mix_stream<n>, kThreads, smem));
+      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mix_stream<n>, kStreamThreads, smem));
       return per_sm * sms;
     }
   }();
@@ -668,7 +669,7 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
       attr.val.cooperative = 1;
       cudaLaunchConfig_t cfg{};
       cfg.gridDim = unsigned(pl.teams * pl.groups);
-      cfg.blockDim = kThreads;
+      cfg.blockDim = kStreamThreads;
       cfg.dynamicSmemBytes = stream_smem_bytes<n>();
       cfg.stream = s;
       cfg.attrs = &attr;
