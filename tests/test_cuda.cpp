@@ -66,17 +66,16 @@ TEST_CASE("cuda is bitwise deterministic from run to run") {
 }
 
 TEST_CASE("a token's forward bits do not depend on T (kernels, token tiles and the split of phi*gamma change with T)") {
-  // forward.cu, plan (on an H100): n <= 4 from T = 128 takes mix_stream (one kernel, counters
-  // between its blocks), fewer tokens mix_group splitting phi*gamma itself (at 4096,4,4096,
-  // T = 100, a block per n8 tile of j too); n >= 5: the full T mix_partial, the next one
-  // mix_group on split_pg's planes, the last mix_group splitting phi*gamma. The shapes: whole
-  // groups (K = 16384); N = 63 with one m16 tile a warp and K % 8 != 0; odd K (element-wise
-  // loads and split) with a short last group; one group of two chunks.
+  // forward.cu, plan: the full T of each shape takes mix_partial, the next one mix_group on
+  // split_pg's planes, the last mix_group splitting phi*gamma itself (at 4096,4,4096: T = 200 in
+  // one block per (warp tile, group), T = 100 in a block per n8 tile of j too). The shapes: whole groups
+  // (K = 16384); N = 63 with one m16 tile a warp and K % 8 != 0; odd K (element-wise loads and
+  // split) with a short last group; one group of two chunks.
   struct Shape {
     const char* full;
     std::vector<int64_t> fewer;
   };
-  for (const Shape& sh : {Shape{"4096,4,4096", {1000, 100}}, Shape{"11000,7,300", {1000, 100}},
+  for (const Shape& sh : {Shape{"4096,4,4096", {1000, 200, 100}}, Shape{"11000,7,300", {1000, 100}},
                           Shape{"16400,3,1111", {1000, 17}}, Shape{"65600,5,13", {5000, 200}}}) {
     const Case big = generate_case(parse_shape(sh.full), 6, false);
     Case a = big.inputs_only();

@@ -1,10 +1,4 @@
-// forward.cu — the forward in one kernel (many tokens, n <= 4) or in two or three, K split over
-// blocks so that any T fills the GPU:
-//   mix_stream   (many tokens, n <= 4) all of it, x read from HBM once: teams of one block per
-//                group of K (below), all resident, each holding its group's planes of phi*gamma
-//                in shared memory; per tile of 32 tokens mix_group's partials, then the last
-//                block of the team to finish the tile writes its gates and, one tile later,
-//                each block its range of h_in (x again, from L2). Integer counters between blocks
+// forward.cu — the forward in two or three kernels, K split over blocks so that any T fills the GPU:
 //   split_pg     phi*gamma (N x K, fp32) as three bf16 planes hi + mid + lo whose sum is the
 //                fp32 value (24 significand bits = 3 x 8), padded with zeros to whole tiles
 //   mix_partial  (many tokens) a block per (up to 256 tokens, group of kFlush chunks of K): each
@@ -20,7 +14,7 @@
 //                split_pg), and where those blocks are few a block per n8 tile of j too
 //   mix_finish   a block per (kFinTok tokens, range of D): the groups' partials summed in order,
 //                inv_rms, the three gates, and h_in over the range (a second read of the tokens' x)
-// No floating-point atomics (mix_stream counts on integers). Every sum runs in one order that depends on K alone: chunk (kChunk columns:
+// No atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
 // 4 mma steps x 3 planes from zero) -> group (kFlush chunks, one chain) -> total (the groups
 // in order), whichever kernel and tiling (both chosen from the shape) computes it, so neither
 // changes a bit.
@@ -48,8 +42,6 @@ constexpr int kSsParts = 4;                    // the 4 lanes of a quad each sum
 constexpr int kFlush = 16;                     // chunks in a group, summed in one chain before it joins the total
 constexpr int kFinTok = 4;                     // tokens per mix_finish block
 constexpr int kFillBlocks = 264;               // blocks that fill an H100 twice over (132 SMs)
-constexpr int kMaxOptinSmem = 227 * 1024;      // the most shared memory a block of any device may have (sm_90)
-constexpr int kStreamThreads = 32 * kFlush;    // mix_stream: a warp per chunk of a group
 static_assert(kChunk == 4 * 16 && kChunk / kSsParts == 16, "a lane holds 16 columns of a chunk: two 16-byte loads");
 static_assert(kThreads % 32 == 0 && kFinTok <= kThreads, "whole warps");
 
@@ -57,39 +49,33 @@ static_assert(kThreads % 32 == 0 && kFinTok <= kThreads, "whole warps");
 // whose accumulators alone take 4·N/8 registers per tile.
 __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
 
-// How the forward splits a shape. Every way gives every (token tile of a warp, group) one partial,
-// with the same bits. From kStreamFrom tokens, where the device holds a block per group at
-// once (stream_blocks, 0 where mix_stream's shared memory does not fit: n >= 5, or n = 4 on
-// cards with less than 201 KiB a block): mix_stream, one kernel reading x once, in `teams`
-// teams of a block per group. Else where there are kGroupedBelow (warp tile, group) pairs or
-// more (many tokens or a long K): mix_partial, each warp one group in one chain, as many warps
-// per block (1..kWarps, sharing the planes through L1) as still give two blocks per SM of an
-// H100. Fewer: mix_group, a block per pair, eight times the warps; and with at most kSplitTiles
-// warp tiles the warps split phi*gamma themselves, and where those blocks would fill at most
-// half of an H100's SMs a block per n8 tile of j too (that work would otherwise sit on a few
-// SMs: s7-2; it lost where the pairs were 112 or 256: 128,4,7168, 200,4,4096, 128,8,4096 in
-// s8-2). group_fits: mix_group's shared memory fits the device (not so at n = 6 on cards of
-// compute capability 8.6 and 8.9: 99 KiB).
-constexpr int64_t kGroupedBelow = 2048, kSplitTiles = 8, kStreamFrom = 128;
+// How the forward splits a shape. Both ways give every (token tile of a warp, group) one partial,
+// with the same bits. Where there are kGroupedBelow (warp tile, group) pairs or more (many tokens
+// or a long K): mix_partial, each warp one group in one chain, as many warps per block (1..kWarps,
+// sharing the planes through L1) as still give two blocks per SM of an H100. Fewer:
+// mix_group, a block per pair, eight times the warps; and with at most kSplitTiles warp tiles
+// the warps split phi*gamma themselves, and where those blocks would fill at most half of an
+// H100's SMs a block per n8 tile of j too (that work would otherwise sit on a few SMs: s7-2;
+// it lost where the pairs were 112 or 256: 128,4,7168, 200,4,4096, 128,8,4096 in s8-2).
+// group_fits: mix_group's shared memory fits the device (not so at n = 6 on cards of compute
+// capability 8.6 and 8.9: 99 KiB).
+constexpr int64_t kGroupedBelow = 2048, kSplitTiles = 8;
 int64_t k_groups(int K) { return ceil_div(ceil_div(K, kChunk), kFlush); }  // groups of kFlush chunks in K
 // Rows of the planes (N rounded up to whole n8 tiles) and their padded length (whole chunks).
 __host__ __device__ constexpr int plane_rows(int N) { return int(ceil_div(N, 8)) * 8; }
 struct Plan {
   bool grouped, split;
   int warps, groups, jtiles;  // jtiles: mix_group's blocks per (warp tile, group), each its share of the n8 tiles of j
-  int teams;                  // mix_stream's teams; 0: not streamed
 };
-Plan plan(int64_t T, int N, int K, bool group_fits, int stream_blocks) {
+Plan plan(int64_t T, int N, int K, bool group_fits) {
   const int64_t groups = k_groups(K), wtiles = ceil_div(T, 16 * tok_tiles(N)), NT = plane_rows(N) / 8;
-  if (T >= kStreamFrom && stream_blocks >= groups)
-    return {false, false, kWarps, int(groups), 1, int(std::min<int64_t>(stream_blocks / groups, wtiles))};
   if (group_fits && wtiles * groups < kGroupedBelow) {
     const bool split = wtiles <= kSplitTiles;
-    return {true, split, kWarps, int(groups), split && wtiles * groups <= kFillBlocks / 4 ? int(NT) : 1, 0};
+    return {true, split, kWarps, int(groups), split && wtiles * groups <= kFillBlocks / 4 ? int(NT) : 1};
   }
   int w = kWarps;
   while (w > 1 && ceil_div(wtiles, w) * groups < kFillBlocks) w /= 2;
-  return {false, false, w, int(groups), 1, 0};
+  return {false, false, w, int(groups), 1};
 }
 int64_t plane_cols(int K) { return ceil_div(K, kChunk) * kChunk; }
 
@@ -114,9 +100,7 @@ __global__ void __launch_bounds__(kThreads) split_pg(const float* pg, int N, int
 __device__ __forceinline__ uint32_t word(const uint4& v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
 // A lane's 16 columns k..k+15 of token row t (zeros beyond T or K): two 16-byte loads when
-// K % 8 == 0 (then a run of 8 is all in or all out), else element by element. kKeep: the
-// lines stay in L2 as long as others (mix_stream reads them again); else they go first.
-template <bool kKeep = false>
+// K % 8 == 0 (then a run of 8 is all in or all out), else element by element.
 __device__ __forceinline__ void load_row(const __nv_bfloat16* __restrict__ x, int64_t T, int K, bool vec, int64_t t,
                                          int k, uint4 (&out)[2]) {
 #pragma unroll
@@ -125,9 +109,7 @@ __device__ __forceinline__ void load_row(const __nv_bfloat16* __restrict__ x, in
     if (t >= T) {
       out[h] = make_uint4(0, 0, 0, 0);
     } else if (vec) {
-      out[h] = kh < K ? (kKeep ? __ldg(reinterpret_cast<const uint4*>(x + t * K + kh))
-                               : __ldcs(reinterpret_cast<const uint4*>(x + t * K + kh)))
-                      : make_uint4(0, 0, 0, 0);
+      out[h] = kh < K ? __ldcs(reinterpret_cast<const uint4*>(x + t * K + kh)) : make_uint4(0, 0, 0, 0);
     } else {
       uint32_t w[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -214,13 +196,13 @@ __device__ __forceinline__ void chunk_mma(const uint4 (&xr)[kMT][2][2], const ui
 }
 
 // The lane's x of one chunk: rows g and g + 8 of each of its kMT m16 tiles from token tw.
-template <int kMT, bool kKeep = false>
+template <int kMT>
 __device__ __forceinline__ void load_chunk(const FwdParams& p, int K, bool vec, int64_t tw, int g, int k,
                                            uint4 (&xr)[kMT][2][2]) {
 #pragma unroll
   for (int m = 0; m < kMT; ++m)
 #pragma unroll
-    for (int r = 0; r < 2; ++r) load_row<kKeep>(p.x, p.T, K, vec, tw + 16 * m + 8 * r + g, k, xr[m][r]);
+    for (int r = 0; r < 2; ++r) load_row(p.x, p.T, K, vec, tw + 16 * m + 8 * r + g, k, xr[m][r]);
 }
 
 // Block b: token tile b % tiles, group b / tiles (blockDim.x / 32 warps, Plan::warps). Warp w
@@ -312,56 +294,6 @@ template <int n> constexpr int group_smem_bytes() {
   return kFlush * 16 * tok_tiles(N) * (N + kSsParts) * int(sizeof(float));
 }
 
-// One chunk's results for the 16 kMT tokens of xr into out [16 kMT][N + kSsParts], each from zero
-// as mix_partial computes them: the lane's sums of squares (where ss) and h_mix for the n8 tiles
-// nt of j where mine(nt), the B fragments of tile nt from fragments(nt, br).
-template <int n, class Mine, class Fragments>
-__device__ __forceinline__ void chunk_results(const uint4 (&xr)[tok_tiles(n * n + 2 * n)][2][2], bool ss, Mine mine,
-                                              Fragments fragments, float* out) {
-  constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N), kOut = N + kSsParts;
-  const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
-#pragma unroll
-  for (int m = 0; m < kMT; ++m)
-#pragma unroll
-    for (int r = 0; r < 2; ++r)
-      if (ss) out[(16 * m + 8 * r + g) * kOut + N + tig] = chunk_ss(xr[m][r]);
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    if (!mine(nt)) continue;
-    uint4 br[kPlanes][2];
-    fragments(nt, br);
-    float cc[kMT][4];
-    chunk_mma<kMT>(xr, br, cc);
-#pragma unroll
-    for (int m = 0; m < kMT; ++m)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int j = nt * 8 + 2 * tig + i % 2;
-        if (j < N) out[(16 * m + 8 * (i / 2) + g) * kOut + j] = cc[m][i];
-      }
-  }
-}
-
-// Group grp's partials of tokens t0 .. t0 + 16 kMT - 1 (those below T) from the chunk results in
-// stash [chunks][16 kMT][N + kSsParts], added in chunk order (mix_partial's chain, the same bits):
-// the outputs o (j, then the kSsParts sums of squares) where mine(o). Called by the whole block.
-template <int n, class Mine>
-__device__ __forceinline__ void add_chunks(const FwdParams& p, const float* stash, int chunks, int64_t t0, int grp,
-                                           Mine mine, float* part, float* part_ss) {
-  constexpr int N = n * n + 2 * n, kTok = 16 * tok_tiles(N), kOut = N + kSsParts;
-  for (int e = threadIdx.x; e < kTok * kOut; e += blockDim.x) {
-    const int64_t t = t0 + e / kOut;
-    const int o = e % kOut;
-    if (t >= p.T || !mine(o)) continue;
-    float acc = 0.0f;
-    for (int c = 0; c < chunks; ++c) acc += stash[c * kTok * kOut + e];
-    if (o < N)
-      part[(int64_t(grp) * p.T + t) * N + o] = acc;
-    else
-      part_ss[(int64_t(grp) * p.T + t) * kSsParts + (o - N)] = acc;
-  }
-}
-
 // mix_partial's partials where the (warp tile, group) pairs are few. Block (b, y): the tokens
 // of one warp tile (16 kMT from (b % tiles) · 16 kMT), group b / tiles, and of j the n8 tiles
 // y, y + gridDim.y, ... (the sums of squares in y = 0); warp w computes chunks w, w + kWarps, ...
@@ -371,7 +303,7 @@ __device__ __forceinline__ void add_chunks(const FwdParams& p, const float* stas
 template <int n>
 __global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv_bfloat16* __restrict__ planes,
                                                          int64_t Kp, bool split, float* part, float* part_ss) {
-  constexpr int N = n * n + 2 * n, kMT = tok_tiles(N), kTok = 16 * kMT, kOut = N + kSsParts;
+  constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N), kTok = 16 * kMT, kOut = N + kSsParts;
   extern __shared__ float stash[];  // [kFlush][kTok][kOut]
   const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
   const int64_t tiles = ceil_div(p.T, kTok), t0 = blockIdx.x % tiles * kTok;
@@ -379,123 +311,49 @@ __global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv
   const int c_beg = grp * kFlush, c_end = min(int(ceil_div(K, kChunk)), c_beg + kFlush);
   const bool vec = K % 8 == 0;
   const int64_t plane = plane_rows(N) * Kp;
-  auto mine = [](int nt) { return nt % gridDim.y == blockIdx.y; };
 
   wait_prior_grid();  // split_pg's planes (a no-op where the warps split phi*gamma: an ordinary launch)
   for (int c = c_beg + int(threadIdx.x / 32); c < c_end; c += kWarps) {
     const int k = c * kChunk + 16 * tig;
+    float* out = stash + (c - c_beg) * kTok * kOut;
     uint4 xr[kMT][2][2];
     load_chunk<kMT>(p, K, vec, t0, g, k, xr);
-    chunk_results<n>(xr, blockIdx.y == 0, mine, [&](int nt, uint4 (&br)[kPlanes][2]) {
+#pragma unroll
+    for (int m = 0; m < kMT; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (blockIdx.y == 0) out[(16 * m + 8 * r + g) * kOut + N + tig] = chunk_ss(xr[m][r]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      if (nt % gridDim.y != blockIdx.y) continue;
+      uint4 br[kPlanes][2];
       if (split)
         split_planes(p.pg, N, K, nt * 8 + g, k, br);
       else
         load_planes(planes, plane, Kp, nt * 8 + g, k, br);
-    }, stash + (c - c_beg) * kTok * kOut);
+      float cc[kMT][4];
+      chunk_mma<kMT>(xr, br, cc);
+#pragma unroll
+      for (int m = 0; m < kMT; ++m)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const int j = nt * 8 + 2 * tig + i % 2;
+          if (j < N) out[(16 * m + 8 * (i / 2) + g) * kOut + j] = cc[m][i];
+        }
+    }
   }
   __syncthreads();
   allow_dependents();
-  add_chunks<n>(p, stash, c_end - c_beg, t0, grp, [&](int o) { return (o < N ? mine(o / 8) : blockIdx.y == 0); }, part,
-                part_ss);
-}
-
-// The gates of tokens t0 .. t0 + kTok - 1 (those below T): each output the groups' partials
-// added in order (read through L2: another block of the same grid may have written them), then
-// inv_rms and the three gates. hm, inv and hp are left in shared memory; the outputs are written
-// where `writes`. Called by the whole block.
-template <int n, int kTok>
-__device__ void token_gates(const FwdParams& p, int groups, const float* part, const float* part_ss, int64_t t0,
-                            bool writes, float (&hm)[kTok][n * n + 2 * n], float (&ssq)[kTok][kSsParts],
-                            float (&inv)[kTok], float (&hp)[kTok][n]) {
-  constexpr int N = n * n + 2 * n;
-  const int K = n * p.D, tid = threadIdx.x;
-  for (int e = tid; e < kTok * (N + kSsParts); e += blockDim.x) {
-    const int tb = e / (N + kSsParts), c = e % (N + kSsParts);
-    float& acc = c < N ? hm[tb][c] : ssq[tb][c - N];
-    acc = 0.0f;
-    if (t0 + tb >= p.T) continue;
-    const float* src = c < N ? part + (t0 + tb) * N + c : part_ss + (t0 + tb) * kSsParts + (c - N);
-    const int64_t stride = p.T * (c < N ? N : kSsParts);
-#pragma unroll 8
-    for (int s = 0; s < groups; ++s) acc += __ldcg(src + s * stride);
-  }
-  __syncthreads();
-  if (tid < kTok && t0 + tid < p.T) {
-    float s = 0.0f;
-    for (int q = 0; q < kSsParts; ++q) s += ssq[tid][q];
-    inv[tid] = 1.0f / sqrtf(s / float(K) + p.norm_eps);
-    if (writes) p.inv_rms[t0 + tid] = inv[tid];
-  }
-  __syncthreads();
-
-  for (int idx = tid; idx < kTok * N; idx += blockDim.x) {
-    int tb = idx / N, j = idx % N;
-    int64_t t = t0 + tb;
-    if (t >= p.T) break;
-    float h = hm[tb][j];
-    float tt = h * inv[tb];
-    if (j < n) {
-      hp[tb][j] = sigmoid(p.alpha[0] * tt + p.bias[j]) + p.hc_eps;
-      if (writes) p.h_pre[t * n + j] = hp[tb][j];
-    } else if (!writes) {
-      continue;
-    } else if (j < 2 * n) {
-      p.h_post[t * n + j - n] = 2.0f * sigmoid(p.alpha[1] * tt + p.bias[j]);
-    } else {
-      p.h_res[t * n * n + j - 2 * n] = p.alpha[2] * tt + p.bias[j];
-    }
-    if (writes) p.h_mix[t * N + j] = h;
-  }
-  __syncthreads();
-}
-
-// h_in of tokens t0 .. t0 + kTok - 1 (those below T), over the range-th of `ranges` ranges of its
-// columns, from the tokens' h_pre in hp; an item is 8 columns in 16-byte accesses when D allows,
-// else one. Each thread loads x for R items before it computes them; ready() runs (in the whole
-// block) once, after the first loads and before hp is read: mix_stream waits there for the
-// gates. Called by the whole block.
-template <int n, int kTok, int R, class Ready>
-__device__ void token_h_in(const FwdParams& p, int64_t t0, const float (&hp)[kTok][n], int range, int ranges, Ready ready) {
-  const int K = n * p.D, step = int(blockDim.x);
-  const bool vec = p.D % 8 == 0;
-  const int units = vec ? p.D / 8 : p.D, per = int(ceil_div(units, ranges)), u_beg = min(units, range * per),
-            cols = min(units, u_beg + per) - u_beg, items = kTok * cols;
-  for (int base = 0; base < items; base += R * step) {
-    uint4 raw[R][n];  // vec: 8 columns of x[t, i, d..]; else column d in .x's low half
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int e = base + r * step + int(threadIdx.x), tb = e / cols, d = (u_beg + e % cols) * (vec ? 8 : 1);
-      const bool ok = e < items && t0 + tb < p.T;
-      const __nv_bfloat16* src = p.x + (t0 + tb) * K + d;
-#pragma unroll
-      for (int i = 0; i < n; ++i)
-        raw[r][i] = !ok  ? make_uint4(0, 0, 0, 0)
-                    : vec ? __ldcs(reinterpret_cast<const uint4*>(src + i * p.D))
-                          : make_uint4(__bfloat16_as_ushort(src[i * p.D]), 0, 0, 0);
-    }
-    if (base == 0) ready();
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-      const int e = base + r * step + int(threadIdx.x), tb = e / cols, d = (u_beg + e % cols) * (vec ? 8 : 1);
-      if (e >= items || t0 + tb >= p.T) continue;
-      float a[8];
-#pragma unroll
-      for (int q = 0; q < 8; ++q) a[q] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < n; ++i) {
-        const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw[r][i]);
-#pragma unroll
-        for (int q = 0; q < 8; ++q) a[q] = fmaf(hp[tb][i], __bfloat162float(h[q]), a[q]);
-      }
-      if (vec) {
-        __align__(16) __nv_bfloat16 o[8];
-#pragma unroll
-        for (int q = 0; q < 8; ++q) o[q] = __float2bfloat16_rn(a[q]);
-        *reinterpret_cast<uint4*>(p.h_in + (t0 + tb) * p.D + d) = *reinterpret_cast<const uint4*>(o);
-      } else {
-        p.h_in[(t0 + tb) * p.D + d] = __float2bfloat16_rn(a[0]);
-      }
-    }
+  for (int e = threadIdx.x; e < kTok * kOut; e += kThreads) {
+    const int64_t t = t0 + e / kOut;
+    const int o = e % kOut;
+    if (t >= p.T || (o < N ? o / 8 % gridDim.y : 0) != blockIdx.y) continue;
+    float acc = 0.0f;
+    for (int c = 0; c < c_end - c_beg; ++c) acc += stash[c * kTok * kOut + e];
+    if (o < N)
+      part[(int64_t(grp) * p.T + t) * N + o] = acc;
+    else
+      part_ss[(int64_t(grp) * p.T + t) * kSsParts + (o - N)] = acc;
   }
 }
 
@@ -509,125 +367,87 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
   __shared__ float ssq[kFinTok][kSsParts];
   __shared__ float inv[kFinTok];
   __shared__ float hp[kFinTok][n];
+  const int K = n * p.D, tid = threadIdx.x;
   const int64_t t0 = int64_t(blockIdx.x) * kFinTok;
+  const bool writes_gates = blockIdx.y == 0;
   wait_prior_grid();  // the partials
-  token_gates<n, kFinTok>(p, groups, part, part_ss, t0, blockIdx.y == 0, hm, ssq, inv, hp);
-  token_h_in<n, kFinTok, 1>(p, t0, hp, int(blockIdx.y), int(gridDim.y), [] {});
-}
 
-// Shared memory of mix_stream: the group's planes [kPlanes][plane_rows(N)][kStreamPitch] bf16, then
-// mix_group's chunk results. A plane row is padded by 16 bytes so that the 8 lanes of a quarter
-// warp (rows g, g + 1, columns 16 tig..) read distinct banks. 201 KiB at n = 4 (planes 145 KiB);
-// n >= 5 does not fit.
-constexpr int kStreamPitch = kFlush * kChunk + 8;
-template <int n> constexpr int stream_smem_bytes() {
-  return kPlanes * plane_rows(n * n + 2 * n) * kStreamPitch * int(sizeof(__nv_bfloat16)) + group_smem_bytes<n>();
-}
-
-// The forward in one kernel where T is large, x read from HBM once. The grid is `teams` teams of
-// one block per group of K, all resident at once (a cooperative launch); a block has a warp per
-// chunk of its group. Each block keeps its group's planes in shared memory (split from
-// phi*gamma with split_pg's arithmetic) and walks the token tiles (16 kMT tokens) team,
-// team + teams, ...: for each, mix_group's partials of its group (the same bits), then it counts
-// itself in at arrived[tile] without waiting for the count. One of the team's blocks owns each
-// tile's gates: a tile later it waits until every block is in, adds the groups' partials, writes
-// the gates (token_gates) and sets ready[tile]. Two tiles later every block writes its range of
-// the tile's h_in columns (token_h_in): it loads x a second time (the team's three live tiles,
-// a few MB in all, are still in L2) before it checks ready[tile], by then long set as a rule.
-// Every wait is on a tile that every block of the team has passed, so no block waits for one
-// that waits for it.
-template <int n>
-__global__ void __launch_bounds__(kStreamThreads, 1) mix_stream(FwdParams p, int teams, float* part, float* part_ss,
-                                                                unsigned* arrived, unsigned* ready) {
-  constexpr int N = n * n + 2 * n, rows = plane_rows(N), kMT = tok_tiles(N), kTok = 16 * kMT, kOut = N + kSsParts;
-  constexpr int kCols = kFlush * kChunk;
-  extern __shared__ __align__(16) unsigned char smem[];
-  auto* planes = reinterpret_cast<__nv_bfloat16*>(smem);                                    // [kPlanes][rows][kStreamPitch]
-  float* stash = reinterpret_cast<float*>(smem + kPlanes * rows * kStreamPitch * sizeof(__nv_bfloat16));  // [kFlush][kTok][kOut]
-  __shared__ float hm[kTok][N], ssq[kTok][kSsParts], inv[kTok], hp[kTok][n];
-  const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, c = threadIdx.x / 32;  // c: the warp's chunk
-  const int groups = int(gridDim.x) / teams, grp = int(blockIdx.x) % groups, team = int(blockIdx.x) / groups;
-  const int c_beg = grp * kFlush, chunks = min(int(ceil_div(K, kChunk)), c_beg + kFlush) - c_beg;
-  const int64_t tiles = ceil_div(p.T, kTok);
-  const bool vec = K % 8 == 0;
-  if (team >= tiles) return;  // no barriers across blocks before this
-
-  uint4 next[kMT][2][2];  // x of the warp's chunk of a tile
-  auto load = [&](int64_t tile) {
-    if (c < chunks) load_chunk<kMT, true>(p, K, vec, tile * kTok, g, (c_beg + c) * kChunk + 16 * tig, next);
-  };
-  load(team);
-  for (int e = threadIdx.x; e < rows * kCols; e += kStreamThreads) {
-    const int row = e / kCols, col = e % kCols;
-    const int64_t k = int64_t(c_beg) * kChunk + col;
-    const Planes s(row < N && k < K ? p.pg[row * int64_t(K) + k] : 0.0f);
-#pragma unroll
-    for (int q = 0; q < kPlanes; ++q) planes[(q * rows + row) * kStreamPitch + col] = s.p[q];
+  // each (token, output): the groups' partials, in order
+  for (int e = tid; e < kFinTok * (N + kSsParts); e += kThreads) {
+    const int tb = e / (N + kSsParts), c = e % (N + kSsParts);
+    float& acc = c < N ? hm[tb][c] : ssq[tb][c - N];
+    acc = 0.0f;
+    if (t0 + tb >= p.T) continue;
+    const float* src = c < N ? part + (t0 + tb) * N + c : part_ss + (t0 + tb) * kSsParts + (c - N);
+    const int64_t stride = p.T * (c < N ? N : kSsParts);
+#pragma unroll 8
+    for (int s = 0; s < groups; ++s) acc += src[s * stride];
+  }
+  __syncthreads();
+  if (tid < kFinTok && t0 + tid < p.T) {
+    float s = 0.0f;
+    for (int q = 0; q < kSsParts; ++q) s += ssq[tid][q];
+    inv[tid] = 1.0f / sqrtf(s / float(K) + p.norm_eps);
+    if (writes_gates) p.inv_rms[t0 + tid] = inv[tid];
   }
   __syncthreads();
 
-  // Spin until *flag reaches `value` (thread 0 of the block), then make what was written before
-  // it visible to the block.
-  auto wait_for = [&](const unsigned* flag, unsigned value) {
-    if (threadIdx.x == 0) {
-      while (*reinterpret_cast<const volatile unsigned*>(flag) < value) __nanosleep(32);
-      __threadfence();
+  for (int idx = tid; idx < kFinTok * N; idx += kThreads) {
+    int tb = idx / N, j = idx % N;
+    int64_t t = t0 + tb;
+    if (t >= p.T) break;
+    float h = hm[tb][j];
+    float tt = h * inv[tb];
+    if (j < n) {
+      hp[tb][j] = sigmoid(p.alpha[0] * tt + p.bias[j]) + p.hc_eps;
+      if (writes_gates) p.h_pre[t * n + j] = hp[tb][j];
+    } else if (!writes_gates) {
+      continue;
+    } else if (j < 2 * n) {
+      p.h_post[t * n + j - n] = 2.0f * sigmoid(p.alpha[1] * tt + p.bias[j]);
+    } else {
+      p.h_res[t * n * n + j - 2 * n] = p.alpha[2] * tt + p.bias[j];
     }
-    __syncthreads();
-  };
-  // The gates of a tile, in the one block of the team that owns them, once every block is in.
-  auto gates = [&](int64_t tile) {
-    if (grp != tile / teams % groups) return;
-    wait_for(arrived + tile, unsigned(groups));
-    token_gates<n, kTok>(p, groups, part, part_ss, tile * kTok, true, hm, ssq, inv, hp);
-    if (threadIdx.x == 0) {
-      __threadfence();  // the gates, before the tile is marked ready
-      atomicAdd(ready + tile, 1u);
-    }
-  };
-  // h_in of a tile over the block's range of columns: x is loaded before the wait for the gates.
-  auto write_h_in = [&](int64_t tile) {
-    token_h_in<n, kTok, 2>(p, tile * kTok, hp, grp, groups, [&] {
-      wait_for(ready + tile, 1u);
-      for (int e = threadIdx.x; e < kTok * n; e += kStreamThreads) {
-        const int64_t t = tile * kTok + e / n;
-        hp[e / n][e % n] = t < p.T ? __ldcg(p.h_pre + t * n + e % n) : 0.0f;
-      }
-      __syncthreads();
-    });
-    __syncthreads();  // hp is written again by token_gates
-  };
-
-  // Tile u = team + i·teams: partials of u, then the gates of the team's tile before (where this
-  // block owns them), then h_in of the one before that (its gates long written: no wait, as a rule).
-  for (int64_t tile = team; tile < tiles; tile += teams) {
-    uint4 xr[kMT][2][2];
-#pragma unroll
-    for (int m = 0; m < kMT; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) xr[m][r][0] = next[m][r][0], xr[m][r][1] = next[m][r][1];
-    if (tile + teams < tiles) load(tile + teams);
-    if (c < chunks)
-      chunk_results<n>(xr, true, [](int) { return true; }, [&](int nt, uint4 (&br)[kPlanes][2]) {
-#pragma unroll
-        for (int q = 0; q < kPlanes; ++q)
-#pragma unroll
-          for (int hh = 0; hh < 2; ++hh)
-            br[q][hh] = *reinterpret_cast<const uint4*>(planes + (q * rows + nt * 8 + g) * kStreamPitch + c * kChunk + 16 * tig + 8 * hh);
-      }, stash + c * kTok * kOut);
-    __syncthreads();
-    add_chunks<n>(p, stash, chunks, tile * kTok, grp, [](int) { return true; }, part, part_ss);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();  // the block's partials, before it counts itself in
-      atomicAdd(arrived + tile, 1u);
-    }
-    if (tile >= teams) gates(tile - teams);
-    if (tile >= 2 * teams) write_h_in(tile - 2 * teams);
+    if (writes_gates) p.h_mix[t * N + j] = h;
   }
-  const int64_t end = team + (tiles - 1 - team) / teams * teams;  // the team's last tile
-  gates(end);
-  for (int64_t tile = end - teams >= team ? end - teams : end; tile <= end; tile += teams) write_h_in(tile);
+  __syncthreads();
+
+  // h_in: (token, d) pairs of the block's column range spread over the block; 8 columns a thread
+  // in 16-byte accesses when D allows
+  if (p.D % 8 == 0) {
+    const int D8 = p.D / 8, per = int(ceil_div(D8, gridDim.y)), d_beg = int(blockIdx.y) * per,
+              cols = min(D8, d_beg + per) - d_beg;
+    for (int e = tid; e < kFinTok * cols; e += kThreads) {
+      const int tb = e / cols, d = (d_beg + e % cols) * 8;
+      const int64_t t = t0 + tb;
+      if (t >= p.T) break;
+      float a[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) a[q] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < n; ++i) {
+        uint4 raw = *reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d);
+        const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) a[q] = fmaf(hp[tb][i], __bfloat162float(h[q]), a[q]);
+      }
+      __align__(16) __nv_bfloat16 o[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) o[q] = __float2bfloat16_rn(a[q]);
+      *reinterpret_cast<uint4*>(p.h_in + t * p.D + d) = *reinterpret_cast<const uint4*>(o);
+    }
+  } else {
+    const int per = int(ceil_div(p.D, gridDim.y)), d_beg = int(blockIdx.y) * per, cols = min(p.D, d_beg + per) - d_beg;
+    for (int e = tid; e < kFinTok * cols; e += kThreads) {
+      const int tb = e / cols, d = d_beg + e % cols;
+      const int64_t t = t0 + tb;
+      if (t >= p.T) break;
+      float a = 0.0f;
+#pragma unroll
+      for (int i = 0; i < n; ++i) a = fmaf(hp[tb][i], __bfloat162float(p.x[t * K + i * p.D + d]), a);
+      p.h_in[t * p.D + d] = __float2bfloat16_rn(a);
+    }
+  }
 }
 
 // Whether mix_group's shared memory fits the current device (asked once per process and n).
@@ -641,56 +461,14 @@ template <int n> bool group_fits() {
   return fits;
 }
 
-// Blocks of mix_stream that the current device holds at once: 0 where its shared memory does
-// not fit or the device has no cooperative launch (asked once per process and n).
-template <int n> int stream_blocks() {
-  static const int blocks = [] {
-    constexpr int smem = stream_smem_bytes<n>();
-    if constexpr (smem > kMaxOptinSmem) {
-      return 0;
-    } else {
-      int dev = 0, optin = 0, coop = 0, sms = 0, per_sm = 0;
-      CUDA_CHECK(cudaGetDevice(&dev));
-      CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-      CUDA_CHECK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
-      CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-      if (smem > optin || !coop) return 0;
-      CUDA_CHECK(cudaFuncSetAttribute(mix_stream<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mix_stream<n>, kStreamThreads, smem));
-      return per_sm * sms;
-    }
-  }();
-  return blocks;
-}
-
 template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
-  const Plan pl = plan(p.T, N, K, group_fits<n>(), stream_blocks<n>());
+  const Plan pl = plan(p.T, N, K, group_fits<n>());
   const int64_t Kp = plane_cols(K), plane_floats = ceil_div(kPlanes * plane_rows(N) * Kp, 8) * 4;  // 16-byte multiple
   auto* planes = reinterpret_cast<__nv_bfloat16*>(p.scratch);
   float* part = p.scratch + plane_floats;
   float* part_ss = part + int64_t(pl.groups) * p.T * N;
-  if (pl.teams > 0) {
-    if constexpr (stream_smem_bytes<n>() <= kMaxOptinSmem) {
-      const int64_t tiles = ceil_div(p.T, 16 * tok_tiles(N));
-      auto* arrived = reinterpret_cast<unsigned*>(part_ss + int64_t(pl.groups) * p.T * kSsParts);  // [tiles], then ready [tiles]
-      CUDA_CHECK(cudaMemsetAsync(arrived, 0, 2 * tiles * sizeof(unsigned), s));
-      CUDA_CHECK(cudaFuncSetAttribute(mix_stream<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, stream_smem_bytes<n>()));
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeCooperative;  // every block resident at once: they wait for each other
-      attr.val.cooperative = 1;
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = unsigned(pl.teams * pl.groups);
-      cfg.blockDim = kStreamThreads;
-      cfg.dynamicSmemBytes = stream_smem_bytes<n>();
-      cfg.stream = s;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-      CUDA_CHECK(cudaLaunchKernelEx(&cfg, mix_stream<n>, p, pl.teams, part, part_ss, arrived, arrived + tiles));
-    }
-    return;
-  }
   // The pass's first kernel is an ordinary launch; each later one a programmatic dependent of
   // the one before (dependent_launch.cuh).
   if (!pl.split) {
@@ -715,8 +493,7 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
 
 int64_t forward_scratch_floats(int64_t T, int n, int D) {
   const int N = n * n + 2 * n, K = n * D;
-  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + k_groups(K) * T * (N + kSsParts) +
-         2 * ceil_div(T, 16 * tok_tiles(N));  // mix_stream's counters, two a token tile
+  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + k_groups(K) * T * (N + kSsParts);
 }
 
 void launch_forward(const FwdParams& p, cudaStream_t s) {
