@@ -381,7 +381,7 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
     const float* src = c < N ? part + (t0 + tb) * N + c : part_ss + (t0 + tb) * kSsParts + (c - N);
     const int64_t stride = p.T * (c < N ? N : kSsParts);
 #pragma unroll 8
-    for (int s = 0; s < groups; ++s) acc += __ldcg(src + s * stride);  // read once: not kept in L1
+    for (int s = 0; s < groups; ++s) acc += src[s * stride];
   }
   __syncthreads();
   if (tid < kFinTok && t0 + tid < p.T) {
@@ -426,7 +426,7 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
       for (int q = 0; q < 8; ++q) a[q] = 0.0f;
 #pragma unroll
       for (int i = 0; i < n; ++i) {
-        uint4 raw = __ldcs(reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d));  // x's last use: evict first
+        uint4 raw = *reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d);
         const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
 #pragma unroll
         for (int q = 0; q < 8; ++q) a[q] = fmaf(hp[tb][i], __bfloat162float(h[q]), a[q]);
@@ -434,7 +434,7 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
       __align__(16) __nv_bfloat16 o[8];
 #pragma unroll
       for (int q = 0; q < 8; ++q) o[q] = __float2bfloat16_rn(a[q]);
-      __stcs(reinterpret_cast<uint4*>(p.h_in + t * p.D + d), *reinterpret_cast<const uint4*>(o));  // written once, not read here
+      *reinterpret_cast<uint4*>(p.h_in + t * p.D + d) = *reinterpret_cast<const uint4*>(o);
     }
   } else {
     const int per = int(ceil_div(p.D, gridDim.y)), d_beg = int(blockIdx.y) * per, cols = min(p.D, d_beg + per) - d_beg;
@@ -444,8 +444,8 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
       if (t >= p.T) break;
       float a = 0.0f;
 #pragma unroll
-      for (int i = 0; i < n; ++i) a = fmaf(hp[tb][i], __bfloat162float(__ldcs(p.x + t * K + i * p.D + d)), a);
-      __stcs(p.h_in + t * p.D + d, __float2bfloat16_rn(a));
+      for (int i = 0; i < n; ++i) a = fmaf(hp[tb][i], __bfloat162float(p.x[t * K + i * p.D + d]), a);
+      p.h_in[t * p.D + d] = __float2bfloat16_rn(a);
     }
   }
 }
