@@ -237,25 +237,20 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[m][nt][i] = 0.0f;
   }
-  // x of the next chunk (up to n = 6) and of the one after (up to n = 4) is loaded while this
-  // one is computed: a load then has two chunks' compute to arrive in
-  uint4 next[kMT][2][2], after[kMT][2][2];  // [m tile][row g, g + 8][16-byte half]
-  constexpr int kAhead = N <= 24 ? 2 : N <= 48 ? 1 : 0;  // beyond, the registers spill
+  // x of the next chunk is loaded while this one is computed (up to n = 6)
+  uint4 next[kMT][2][2];  // [m tile][row g, g + 8][16-byte half]
+  constexpr bool kPrefetch = N <= 48;  // beyond, the registers spill
   load_chunk<kMT>(p, K, vec, tw, g, c_beg * kChunk + 16 * tig, next);
-  if (kAhead == 2 && c_beg + 1 < c_end) load_chunk<kMT>(p, K, vec, tw, g, (c_beg + 1) * kChunk + 16 * tig, after);
   wait_prior_grid();  // split_pg's planes
   for (int c = c_beg; c < c_end; ++c) {
     const int k = c * kChunk + 16 * tig;
-    if (kAhead == 0 && c > c_beg) load_chunk<kMT>(p, K, vec, tw, g, k, next);
+    if (!kPrefetch && c > c_beg) load_chunk<kMT>(p, K, vec, tw, g, k, next);
     uint4 xr[kMT][2][2];
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        xr[m][r][0] = next[m][r][0], xr[m][r][1] = next[m][r][1];
-        if (kAhead == 2) next[m][r][0] = after[m][r][0], next[m][r][1] = after[m][r][1];
-      }
-    if (c + kAhead < c_end && kAhead > 0) load_chunk<kMT>(p, K, vec, tw, g, k + kAhead * kChunk, kAhead == 2 ? after : next);
+      for (int r = 0; r < 2; ++r) xr[m][r][0] = next[m][r][0], xr[m][r][1] = next[m][r][1];
+    if (kPrefetch && c + 1 < c_end) load_chunk<kMT>(p, K, vec, tw, g, k + kChunk, next);
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
 #pragma unroll
