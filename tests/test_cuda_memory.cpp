@@ -77,6 +77,29 @@ TEST_SUITE("cuda_memory") {
     CHECK(cuda_case_bytes(p, true, true, g) == 160 + 320 + 24);
   }
 
+  TEST_CASE("shapes beyond the kernels' 32-bit indices are refused, by a line that says why") {
+    // the bounds: n·D up to 2^31 - 4096 (a review found mix_finish's column ranges would pass
+    // 2^31 at T=1 n=1 D=2147483449, and int(D) wrap beyond), T up to 2^31 - 1 (token_grads'
+    // grid); the last supported value of each, then one past it
+    CHECK(cuda_unsupported(parse_shape("1,1,2147479552")).empty());
+    CHECK(cuda_unsupported(parse_shape("1,8,268434944")).empty());
+    CHECK(cuda_unsupported(parse_shape("2147483647,4,4096")).empty());
+    CHECK(cuda_unsupported(parse_shape("4096,4,7168")).empty());
+    CHECK(cuda_unsupported(parse_shape("1,1,2147479553")) ==
+          "the cuda backend supports n*D up to 2147479552, this case has n*D = 1*2147479553");
+    CHECK(cuda_unsupported(parse_shape("1,8,268434945")) ==
+          "the cuda backend supports n*D up to 2147479552, this case has n*D = 8*268434945");
+    CHECK(cuda_unsupported(parse_shape("1,2,4294967297")) ==  // int(D) would have been 1
+          "the cuda backend supports n*D up to 2147479552, this case has n*D = 2*4294967297");
+    CHECK(cuda_unsupported(parse_shape("1,8,2305843009213693952")) ==  // n·D overflows int64
+          "the cuda backend supports n*D up to 2147479552, this case has n*D = 8*2305843009213693952");
+    CHECK(cuda_unsupported(parse_shape("2147483648,4,4096")) ==
+          "the cuda backend supports up to 2147483647 tokens, this case has 2147483648");
+    CHECK(cuda_unsupported(parse_shape("65536,32768,4,4096")) ==  // B·S
+          "the cuda backend supports up to 2147483647 tokens, this case has 2147483648");
+    CHECK(cuda_unsupported(parse_shape("2,9,4")) == "the cuda backend supports n = 1..8, this case has n = 9");
+  }
+
   TEST_CASE("a shape far beyond any device does not overflow the count") {
     Problem p = parse_shape("1099511627776,8,65536");  // T = 2^40: 2^40 * 2^19 elements of x
     CudaGeometry g;

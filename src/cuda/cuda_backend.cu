@@ -95,7 +95,7 @@ struct DeviceCase {
   DeviceCase(const Case& c, bool backward_, bool keep_dvecX_)
       : prob(c.prob), backward(backward_), keep_dvecX(backward_ && keep_dvecX_) {
     require_device();
-    if (prob.n < 1 || prob.n > 8) fail("the cuda backend supports n = 1..8, this case has n = ", prob.n);
+    if (std::string why = cuda_unsupported(prob); !why.empty()) fail(why);
     CudaGeometry geo;
     geo.fwd_scratch_floats = cuda::forward_scratch_floats(prob.T(), int(prob.n), int(prob.D));
     if (backward) geo.splits = cuda::token_splits(prob.T(), prob.K());

@@ -7,6 +7,8 @@
 #include <vector>
 
 #include "case.h"
+#include "error.h"
+#include "problem.h"
 
 namespace mhc {
 
@@ -25,7 +27,25 @@ double cuda_copy_gbps();
 // "NVIDIA H100 80GB HBM3 (sm_90)"; UserError "no CUDA device" when there is none.
 std::string cuda_device_name();
 
-// ---- The device memory of a case, from the stage table and the shape alone.
+// ---- What the kernels can run, and the device memory of a case, from the shape alone.
+
+// The largest n·D the kernels index in 32 bits: column indices k < K, and mix_finish's column
+// ranges, whose ends may pass D by up to a few hundred before their clamp (4096 to spare).
+inline constexpr int64_t kCudaMaxK = (int64_t(1) << 31) - 4096;
+// The most tokens: token_grads launches a block per token (a grid's x is below 2^31).
+inline constexpr int64_t kCudaMaxT = (int64_t(1) << 31) - 1;
+
+// Why the cuda backend cannot run a shape, or "" when it can. Checked before any size is
+// computed in 32 bits (the device-memory check itself uses the kernels' scratch sizes).
+inline std::string cuda_unsupported(const Problem& p) {
+  if (p.n < 1 || p.n > 8) return cat("the cuda backend supports n = 1..8, this case has n = ", p.n);
+  if (p.D > kCudaMaxK / p.n)
+    return cat("the cuda backend supports n*D up to ", kCudaMaxK, ", this case has n*D = ", p.n, "*", p.D);
+  if (p.T() > kCudaMaxT) return cat("the cuda backend supports up to ", kCudaMaxT, " tokens, this case has ", p.T());
+  return "";
+}
+
+// ---- The device memory of a case.
 
 // Sizes the kernels choose for a shape: cuda::forward_scratch_floats and, with backward,
 // cuda::token_splits.
