@@ -141,6 +141,19 @@ TEST_SUITE("cli") {
     CHECK(r.rc == 2);
     CHECK(r.err.find("unknown backend 'tpu'") != std::string::npos);
     CHECK(test::sh(test::mhc("gen --shape 4,0,3 x.h5")).rc == 2);
+    // sizes that would wrap, and counts beyond their range: one line, exit 2 (an audit found a
+    // written file with x declared [2^62+1,1,4], a crash of bench and an internal error of check)
+    for (const char* args : {"gen --shape 4611686018427387905,1,4 x.h5", "gen --shape 1,2,9223372036854775807 x.h5",
+                             "gen --shape 4294967296,4294967296,1,1 x.h5", "bench --shape 1,1,1 --repeat 2147483647",
+                             "bench --shape 1,1,1 --warmup 2147483647", "check cpu --repeat 2147483647"}) {
+      CAPTURE(args);
+      auto e = test::sh(test::mhc(args));
+      CHECK(e.rc == 2);
+      CHECK(e.err.rfind("mhc: error: ", 0) == 0);
+      CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
+    }
+    CHECK(test::sh(test::mhc("gen --shape 4611686018427387905,1,4 x.h5")).err.find("too large") != std::string::npos);
+    CHECK(!std::filesystem::exists("x.h5"));
     CHECK(test::sh(test::mhc("frobnicate")).rc == 2);
     for (const char* sub : {"gen", "run", "inspect", "bench", "diff"}) {
       auto h = test::sh(test::mhc(std::string(sub) + " --help"));
@@ -193,7 +206,7 @@ TEST_SUITE("cli") {
     CHECK(test::sh(test::mhc("gen --shape 3,300,2,16 --seed 8 " + dir + "/in.h5")).rc == 0);  // batch rows cross chunks
     Case direct = generate_case(parse_shape("3,300,2,16"), 8, true);
     cpu_run(direct, Precision::fp32);
-    for (const char* chunk : {"256", "512", "1000"}) {
+    for (const char* chunk : {"256", "512", "1000", "9223372036854775807"}) {  // the last: no wrap near 2^63
       CAPTURE(chunk);
       std::string out = dir + "/out" + chunk + ".h5";
       CHECK(test::sh(test::mhc(cat("run -q --chunk ", chunk, " ", dir, "/in.h5 ", out))).rc == 0);
@@ -292,5 +305,12 @@ TEST_SUITE("cli") {
     auto bad = test::sh(test::mhc("check cpu --cases " + dir + "/bad.txt"));
     CHECK(bad.rc == 2);
     CHECK(bad.err.find("bad.txt:1: unknown option 'sparkly'") != std::string::npos);
+    for (const char* e : {"x_exp=zz", "x_exp=99999999999", "x_exp=101", "x_exp=", "x_exp=3x"}) {
+      CAPTURE(e);
+      std::ofstream(dir + "/exp.txt") << "odd 5,3,7 " << e << "\n";
+      auto x = test::sh(test::mhc("check cpu --cases " + dir + "/exp.txt"));
+      CHECK(x.rc == 2);
+      CHECK(x.err.find(cat("exp.txt:1: ", e, ": expected x_exp=E with E an integer from -100 to 100")) != std::string::npos);
+    }
   }
 }

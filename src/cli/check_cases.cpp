@@ -62,6 +62,21 @@ std::vector<CheckCase> full_cases() {
   return cs;
 }
 
+// E of an option x_exp=E: an integer in -100..100, so that x·2^E stays finite and normal in bf16.
+int parse_exponent(const std::string& path, int no, const std::string& opt) {
+  const std::string v = opt.substr(6);
+  size_t used = 0;
+  int e = 0;
+  try {
+    e = std::stoi(v, &used);
+  } catch (...) {
+    used = 0;
+  }
+  if (v.empty() || used != v.size() || e < -100 || e > 100)
+    fail(path, ":", no, ": ", opt, ": expected x_exp=E with E an integer from -100 to 100");
+  return e;
+}
+
 std::vector<CheckCase> file_cases(const std::string& path) {
   std::ifstream f(path);
   if (!f) fail("--cases ", path, ": expected quick, default, full or a readable file of cases");
@@ -79,7 +94,7 @@ std::vector<CheckCase> file_cases(const std::string& path) {
       else if (opt == "x_f32") c.x_f32 = true;
       else if (opt == "saturating") c.saturating = true;
       else if (opt == "forward_only") c.forward_only = true;
-      else if (opt.rfind("x_exp=", 0) == 0) c.x_exp = std::stoi(opt.substr(6));
+      else if (opt.rfind("x_exp=", 0) == 0) c.x_exp = parse_exponent(path, no, opt);
       else fail(path, ":", no, ": unknown option '", opt, "' (no_gamma, x_f32, saturating, forward_only, x_exp=E)");
     }
     cs.push_back(c);

@@ -23,8 +23,8 @@ void add_bench(CLI::App& app, int& rc) {
   sub->add_option("--shape", o->shape, "T,n,D or B,S,n,D")->capture_default_str();
   sub->add_option("--pass", o->pass, "fwd, bwd or both")->check(CLI::IsMember({"fwd", "bwd", "both"}))
       ->capture_default_str();
-  sub->add_option("--repeat", o->repeat, "timed repeats")->check(CLI::PositiveNumber)->capture_default_str();
-  sub->add_option("--warmup", o->warmup, "untimed repeats first")->check(CLI::NonNegativeNumber)
+  sub->add_option("--repeat", o->repeat, "timed repeats")->check(CLI::Range(1, 1000000))->capture_default_str();
+  sub->add_option("--warmup", o->warmup, "untimed repeats first")->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   sub->add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
   sub->add_flag("--json", o->json, "print one JSON object");

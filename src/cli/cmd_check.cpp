@@ -237,7 +237,7 @@ void add_check(CLI::App& app, int& rc) {
   sub->add_option("--vary", o->vary, "VAR=V1,V2,..: run every case once per value of an environment variable of "
                   "BACKEND (e.g. your kernel's split count) and group failures by it");
   sub->add_option("--repeat", o->repeat, "run BACKEND N times per case and compare the runs bit for bit")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::Range(1, 1000000))->capture_default_str();
   sub->add_option("--accept", o->accept, "loosest accuracy class that passes: fp32, tf32 or bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))->capture_default_str();
   sub->add_option("--keep", o->keep, "write the inputs and both runs of every failing case to DIR (for mhc diff)");

@@ -78,7 +78,8 @@ void add_run(CLI::App& app, int& rc) {
       CaseWriter out(o->out, head, o->force);
       TokenSums sums;
       const auto begin = std::chrono::steady_clock::now();
-      const int64_t blocks = o->chunk ? (o->chunk + kTokenBlock - 1) / kTokenBlock
+      const int64_t want = std::min(o->chunk, prob.T());  // a --chunk near 2^63 must not wrap below
+      const int64_t blocks = o->chunk ? (want + kTokenBlock - 1) / kTokenBlock
                                       : std::max<int64_t>(1, (int64_t(1) << 24) / (kTokenBlock * prob.K()));
       const int64_t chunk = blocks * kTokenBlock;  // the same bits for any chunk size
       for (int64_t t0 = 0; t0 < prob.T(); t0 += chunk) {

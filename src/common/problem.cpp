@@ -35,6 +35,14 @@ Problem parse_shape(const std::string& text) {
     v.push_back(x);
   }
   if (v.size() != 3 && v.size() != 4) fail("--shape ", text, ": expected T,n,D or B,S,n,D");
+  // x [T,n,D] and phi [n*n+2n, n*D] must be addressable: no product of the shape may overflow
+  uint64_t T = 1, K = 0, N = 0, TK = 0, NK = 0, n = uint64_t(v[v.size() - 2]);
+  bool overflow = false;
+  for (size_t i = 0; i + 2 < v.size(); ++i) overflow |= __builtin_mul_overflow(T, uint64_t(v[i]), &T);
+  overflow |= __builtin_mul_overflow(n, uint64_t(v.back()), &K) || __builtin_mul_overflow(n, n + 2, &N) ||
+              __builtin_mul_overflow(T, K, &TK) || __builtin_mul_overflow(N, K, &NK);
+  if (overflow || TK > (uint64_t(1) << 62) || NK > (uint64_t(1) << 62))
+    fail("--shape ", text, ": too large (x [T,n,D] or phi [n*n+2n, n*D] would have more than 2^62 elements)");
   Problem p;
   p.tokens.assign(v.begin(), v.end() - 2);
   p.n = v[v.size() - 2];
