@@ -91,7 +91,9 @@ TEST_SUITE("cuda_memory") {
           "the cuda backend supports n*D up to 2147479552, this case has n*D = 8*268434945");
     CHECK(cuda_unsupported(parse_shape("1,2,4294967297")) ==  // int(D) would have been 1
           "the cuda backend supports n*D up to 2147479552, this case has n*D = 2*4294967297");
-    CHECK(cuda_unsupported(parse_shape("1,8,2305843009213693952")) ==  // n·D overflows int64
+    Problem wraps;  // n·D overflows int64 (parse_shape refuses it; a file's shape reaches here)
+    wraps.tokens = {1}, wraps.n = 8, wraps.D = int64_t(1) << 61;
+    CHECK(cuda_unsupported(wraps) ==
           "the cuda backend supports n*D up to 2147479552, this case has n*D = 8*2305843009213693952");
     CHECK(cuda_unsupported(parse_shape("2147483648,4,4096")) ==
           "the cuda backend supports up to 2147483647 tokens, this case has 2147483648");
