@@ -329,13 +329,11 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
   c.prob.D = xshape.back();
   // The parameters are read whole (phi is [n*n+2n, n*D]) and the tokens a block at a time:
   // both must fit, checked before N or K is ever formed.
-  uint64_t K, N, NK, n = uint64_t(c.prob.n);
-  bool overflow = __builtin_mul_overflow(n, uint64_t(c.prob.D), &K) || __builtin_mul_overflow(n, n + 2, &N) ||
-                  __builtin_mul_overflow(N, K, &NK);
-  if (overflow)
+  const uint64_t NK = phi_elements(c.prob.n, c.prob.D);
+  if (NK == 0)
     fail(where(xs), "n = ", c.prob.n, ", D = ", c.prob.D, " from ", shape_str(xshape),
          ": phi [n*n+2n, n*D] would have more elements than can be addressed");
-  double need = std::max(double(NK) * 8, double(K) * double(kTokenBlock) * 16);
+  double need = std::max(double(NK) * 8, double(c.prob.K()) * double(kTokenBlock) * 16);
   if (need > double(memory_limit()))
     fail(where(xs), "n = ", c.prob.n, ", D = ", c.prob.D, " from ", shape_str(xshape), ": phi [n*n+2n, n*D] and a block of ",
          kTokenBlock, " tokens need ", need / 1e9, " GB, more than the memory limit of ", double(memory_limit()) / 1e9,

@@ -19,6 +19,15 @@ double min_bytes(const Problem& p, Pass pass) {
   return pass == Pass::fwd ? fwd : pass == Pass::bwd ? bwd : fwd + bwd;
 }
 
+uint64_t phi_elements(int64_t n, int64_t D) {
+  uint64_t K, N, NK;
+  const uint64_t u = uint64_t(n);
+  if (__builtin_mul_overflow(u, uint64_t(D), &K) || __builtin_mul_overflow(u, u + 2, &N) ||
+      __builtin_mul_overflow(N, K, &NK))
+    return 0;
+  return NK;
+}
+
 Problem parse_shape(const std::string& text) {
   std::vector<int64_t> v;
   std::stringstream ss(text);
@@ -35,12 +44,12 @@ Problem parse_shape(const std::string& text) {
     v.push_back(x);
   }
   if (v.size() != 3 && v.size() != 4) fail("--shape ", text, ": expected T,n,D or B,S,n,D");
-  // x [T,n,D] and phi [n*n+2n, n*D] must be addressable: no product of the shape may overflow
-  uint64_t T = 1, K = 0, N = 0, TK = 0, NK = 0, n = uint64_t(v[v.size() - 2]);
-  bool overflow = false;
+  // x [T,n,D] and phi [n*n+2n, n*D] must be addressable: none of their products may overflow
+  const uint64_t NK = phi_elements(v[v.size() - 2], v.back());
+  uint64_t T = 1, TK = 0;
+  bool overflow = NK == 0;
   for (size_t i = 0; i + 2 < v.size(); ++i) overflow |= __builtin_mul_overflow(T, uint64_t(v[i]), &T);
-  overflow |= __builtin_mul_overflow(n, uint64_t(v.back()), &K) || __builtin_mul_overflow(n, n + 2, &N) ||
-              __builtin_mul_overflow(T, K, &TK) || __builtin_mul_overflow(N, K, &NK);
+  overflow = overflow || __builtin_mul_overflow(T, uint64_t(v[v.size() - 2] * v.back()), &TK);
   if (overflow || TK > (uint64_t(1) << 62) || NK > (uint64_t(1) << 62))
     fail("--shape ", text, ": too large (x [T,n,D] or phi [n*n+2n, n*D] would have more than 2^62 elements)");
   Problem p;

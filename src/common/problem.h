@@ -11,6 +11,10 @@ inline const char* precision_name(Precision p) { return p == Precision::fp32 ? "
 
 enum class Pass { fwd, bwd, both };  // which half of the operator to run or time
 
+// Elements of phi [n*n+2n, n*D], or 0 where a product overflows 64 bits (n, D >= 1): checked
+// before n*D or n*n+2n is formed from a shape that came from outside.
+uint64_t phi_elements(int64_t n, int64_t D);
+
 struct Problem {
   Shape tokens;  // [T] or [B,S]: the leading dimensions of every per-token tensor
   int64_t n = 0, D = 0;
