@@ -3,8 +3,9 @@
 # tiles, scalar and vector paths, n = 1..8, the forward's three paths: 4096,8,1024 and 65521,7,9
 # mix_partial, 16384,4,520 and 300,4,520 mix_group on split_pg's planes, 5,4,7 mix_group splitting
 # phi*gamma; 3,4,1031 mix_finish's element-wise h_in over 3 column ranges; the backward with one
-# token split and with several): memcheck on every case; racecheck
-# (shared-memory hazards), synccheck and initcheck on a subset. Exits 77 without a GPU.
+# token split and with several; its ring of x and dh_in at n <= 4, D % 8 == 0: 3,2,40, 2,3,24,
+# 300,4,520, 16384,4,520 and 45,2,1032, a warp's columns across two streams): memcheck on every
+# case; racecheck (shared-memory hazards), synccheck and initcheck on a subset. Exits 77 without a GPU.
 set -eu
 mhc=$1 dir=$2
 if ! nvidia-smi -L >/dev/null 2>&1; then echo "SKIPPED: no CUDA device"; exit 77; fi
@@ -19,10 +20,10 @@ check() {  # TOOL SHAPE [extra sanitizer options]
     "$mhc" run -q --force --backend cuda --dump-intermediates "$dir/in.h5" "$dir/out.h5"
   echo "$tool clean: $shape"
 }
-for shape in 5,4,7 3,8,64 17,1,1 2,3,6,16 3,2,40 2,3,24 4,5,8 2,7,16 300,4,520 16384,4,520 4096,8,1024 65521,7,9 3,4,1031; do
+for shape in 5,4,7 3,8,64 17,1,1 2,3,6,16 3,2,40 2,3,24 4,5,8 2,7,16 300,4,520 16384,4,520 45,2,1032 4096,8,1024 65521,7,9 3,4,1031; do
   check memcheck $shape --leak-check full
 done
-for shape in 5,4,7 3,8,64 300,4,520 40,6,24; do
+for shape in 5,4,7 3,8,64 300,4,520 45,2,1032 40,6,24; do
   check racecheck $shape --racecheck-report all
   check synccheck $shape
   check initcheck $shape

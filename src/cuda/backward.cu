@@ -166,6 +166,8 @@ __device__ __forceinline__ float half_of(uint2 v, int q) {  // element q (0..3) 
   const uint32_t w = q < 2 ? v.x : v.y;
   return q % 2 ? hi_bf16(w) : lo_bf16(w);
 }
+// Rows from a dx_param lane's token o = 16 s + r of a chunk to its next: o + 1, or 16 (s + 1) after r = 3
+__device__ __forceinline__ constexpr int next_row(int r) { return r < 3 ? 1 : 13; }
 
 // Shared-memory slots of the dx_param tiles, 16-byte units of 8 j each. A plane of phi's
 // column tile is [U][kColTile] units (U = 2 ceil(N/16)), one of the chunk's dh_mix [U][kChunk]. The
@@ -174,13 +176,52 @@ __device__ __forceinline__ float half_of(uint2 v, int q) {  // element q (0..3) 
 __device__ __forceinline__ int col_slot(int c) { return c ^ ((c >> 3) & 3); }
 __device__ __forceinline__ int tok_slot(int t) { return t ^ ((t >> 2) & 2); }
 
+// dx_param's ring (kRing): a 16-token step of a warp's 32 columns is a tile of 16 rows x 4
+// 16-byte units (8 columns each) of x, and one of dh_in, 1 KB each; a ring step holds both tiles
+// of every warp. Unit e = 4 row + u of a tile is stored at ring_slot(e), which xors bits 4-5 of
+// e (row / 4) into bits 1-2. A warp's 8-byte read (lane (g, tig): row 4tig + r, r fixed; unit
+// g / 2, half g % 2) then takes 2 wavefronts, the least for 256 bytes: each half-warp's 128
+// bytes hit all 32 banks once (unswizzled, its four rows would share 8 banks: 8 wavefronts);
+// a 16-byte copy (quarter-warp: two whole rows, one 128-byte line) stays conflict-free.
+constexpr int kRingTile = 16 * 4;                  // 16-byte units of a tile
+constexpr int kRingStep = kWarps * 2 * kRingTile;  // 16-byte units of a ring step
+constexpr int kRingStepBytes = kRingStep * 16;     // 16 KB
+__host__ __device__ constexpr int ring_slot(int e) { return e ^ ((e >> 3) & 6); }
+static_assert(kColTile == 32 * kWarps && kRingStep == 4 * kThreads, "a warp's 32 columns: a lane copies 2 units of each tile a step");
+// ring_slot permutes a tile's units, and unit u of row 4i + r is at unit u of row 4i's slot ^ 4r
+// (dx_param's reads)
+constexpr bool ring_slot_ok() {
+  for (int e = 0; e < kRingTile; ++e)
+    if (ring_slot(ring_slot(e)) != e || ring_slot(e) >= kRingTile || ring_slot(e) != (ring_slot(e & ~12) ^ (e & 12))) return false;
+  return true;
+}
+static_assert(ring_slot_ok(), "the ring's swizzle");
+
+// 16 bytes from global to shared memory through L2 only (cp.async.cg, sm_80 on); zeros where
+// !ok (src-size 0: nothing is read, src is only an address). Issued copies form a group at
+// copy_commit(); copy_wait<m>() returns when all but this thread's m newest groups have landed.
+__device__ __forceinline__ void copy16(uint4* dst, const void* src, bool ok) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(uint32_t(__cvta_generic_to_shared(dst))), "l"(src),
+               "r"(ok ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int m> __device__ __forceinline__ void copy_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(m) : "memory"); }
+// The bytes of dynamic shared memory this launch was given.
+__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
+  uint32_t b;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(b));
+  return b;
+}
+
 // dx and P = dh_mixᵀ·x in one pass over x: a block per (kColTile columns, token split), walking
 // its split kChunk tokens at a time, all products on tensor cores (mma.sync m16n8k16, bf16 in,
 // fp32 accumulate) with fp32 operands as bf16 planes hi + mid + lo. Shared memory holds phi's
 // column tile as planes for the whole split, and per chunk dh_mix as planes (staged from
-// registers loaded during the previous chunk), coef and h_pre. Warp w takes columns
-// 32w..32w+31 of the tile; lane (g, tig) holds x and dh_in of columns 4g..4g+3 and, in each
-// 16-token step, tokens 4tig..4tig+3:
+// registers loaded during the previous chunk), coef and h_pre; with kRing (n <= 4, D % 8 == 0,
+// where two blocks an SM still fit) also a ring of x and dh_in, a few 16-token steps ahead of
+// the math (below). Warp w takes columns 32w..32w+31 of the tile; lane (g, tig) holds x and
+// dh_in of columns 4g..4g+3 and, in each 16-token step, tokens 4tig..4tig+3:
 //   dvecX = dh_mix·phi, as dvecXᵀ = phiᵀ·dh_mixᵀ (columns as m, tokens as n, j as k): m-tile
 //           mt's rows g, g + 8 are columns 4g + 2mt, +1 and n-tile nt's columns 2tig, +1 are
 //           tokens 4tig + 2nt, +1, so that the accumulators land on the lane's own x. The
@@ -198,8 +239,10 @@ __device__ __forceinline__ int tok_slot(int t) { return t ^ ((t >> 2) & 2); }
 // the 3 + N blocks after the column tiles compute dalpha and dbias: no param_final launch.
 // Two blocks per SM up to n = 4 (128 registers); dvecX on CUDA cores took 47% of the kernel's
 // instructions (s5-6).
-template <int n>
+template <int n, bool kRing>
 __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p) {
+  static_assert(!kRing || n <= 4, "the ring is for two blocks an SM, n <= 4");
+  constexpr bool kEarly = n <= 4;  // the next chunk's fetch at the chunk's start
   constexpr int N = n * n + 2 * n, KS = ceil_div(N, 16), U = 2 * KS;  // j: k16 steps, 16-byte units
   constexpr bool kTail8 = N - 16 * (KS - 1) <= 8;                     // the last k-step as k = 8
   constexpr int NJ = ceil_div(N, 8);                                   // j: n8 tiles of P
@@ -218,7 +261,9 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   const int kbase = blockIdx.x * kColTile, c4 = 32 * w + 4 * g, k4 = kbase + c4;
   const int64_t per = ceil_div(p.T, p.splits);
   const int64_t ta = int64_t(blockIdx.y) * per, tb = min(p.T, ta + per);
-  const bool vec = D % 4 == 0;  // then 4 consecutive columns lie in one stream, 8-byte aligned
+  const bool vec = kRing || D % 4 == 0;  // then 4 consecutive columns lie in one stream, 8-byte aligned
+  const bool dump = p.dvecX != nullptr;
+  const int64_t K64 = K, D64 = D;  // row lengths: t·K passes 2^31
   // the lane's columns: in range, and (when vec) their stream and column of dh_in, divided once
   const bool col_in = k4 < K;
   const int stream = col_in ? k4 / D : 0, kd = k4 - stream * D;
@@ -251,6 +296,39 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     nx.ir = tok ? p.inv_rms[c0 + threadIdx.x] : 0.0f;
     nx.dinv = tok ? p.dinv_rms[c0 + threadIdx.x] : 0.0f;
   };
+  // kRing: the split's x and dh_in come through a ring of ring_steps (2 or 3: what the launch
+  // gave beyond the tiles) 16-token steps in dynamic shared memory after the tiles,
+  // [steps][kWarps][x, dh_in][kRingTile] units. The warp's own lanes copy its tiles (cp.async.cg:
+  // L2 to shared memory, not through L1), one commit group a step, ring_steps steps ahead of
+  // the reads: lane l unit l % 4 (columns kc..kc+7 of x; of dh_in, columns cd..cd+7 of one
+  // stream, as D % 8 == 0) of rows l / 4 and l / 4 + 8, zeros at tokens >= tb and columns >= K
+  // (K % 8 == 0: a unit is all in or all out). Step i is read from slot i % ring_steps, then the
+  // slot is refilled with step i + ring_steps: cp.async.wait_group lands a lane's copies of step
+  // i, a __syncwarp every lane's before the reads; a second one orders the reads before the
+  // refill. No block barrier: a warp reads only what its lanes copied. Unused where !kRing.
+  constexpr int kTiles = kPlanes * U * (kColTile + kChunk);
+  static_assert(alignof(uint4) == 16, "dyn, and the ring after kTiles whole units, are 16-byte aligned for cp.async");
+  const int ring_steps = kRing ? int((dynamic_smem_bytes() - kTiles * sizeof(uint4)) / kRingStepBytes) : 0;
+  uint4* const ring = dyn + kTiles + 2 * kRingTile * w;  // the warp's tiles of slot 0
+  int slot = 0;                                          // units from ring to the slot read next
+  const int kc = kbase + 32 * w + 8 * (lane % 4), cd = kc % D;
+  const bool c_in = kc < K;
+  int64_t ct = ta + lane / 4;  // the token of the lane's first row in the next copy
+  const __nv_bfloat16 *cx = p.x + ct * K + kc, *cg = p.dh_in + ct * D + cd;
+  auto copy_step = [&](uint4* s) {
+    const bool ok0 = c_in && ct < tb, ok1 = c_in && ct + 8 < tb;
+    copy16(s + ring_slot(lane), ok0 ? cx : p.x, ok0);
+    copy16(s + ring_slot(lane + 32), ok1 ? cx + 8 * int64_t(K) : p.x, ok1);
+    copy16(s + kRingTile + ring_slot(lane), ok0 ? cg : p.dh_in, ok0);
+    copy16(s + kRingTile + ring_slot(lane + 32), ok1 ? cg + 8 * int64_t(D) : p.dh_in, ok1);
+    copy_commit();
+    ct += 16, cx += 16 * int64_t(K), cg += 16 * int64_t(D);
+  };
+  // the lane's reads, 8 bytes (half g % 2) of unit g / 2 of row 4tig + r, at uint2 rd ^ 8r of a
+  // tile: ring_slot(16tig + 4r + u) = ring_slot(16tig + u) ^ 4r for u < 4
+  const int rd = 2 * ring_slot(16 * tig + g / 2) + g % 2;
+  if constexpr (kRing)  // the first steps, under phi's tile (x and dh_in are inputs, not token_grads')
+    for (int i = 0; i < ring_steps; ++i) copy_step(ring + i * kRingStep);
   // phi's column tile as planes, a column per thread, the loads of up to 4 units (32 rows) in
   // flight at once (all of them up to n = 4)
   {
@@ -319,28 +397,47 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     }
     if (threadIdx.x < kChunk) coef[threadIdx.x] = nx.dinv * nx.ir * nx.ir * nx.ir / float(K);
     __syncthreads();
-    // this chunk's x and dh_in, every load issued before the math. The lane's tokens are
-    // t0 + o, o = 16 s + r, in range for o < left; x's offset of row t0 is computed once and
-    // row o adds o·K (the compiler had redone the 64-bit index arithmetic and predicates per
-    // row: ~190 instructions per chunk for 16 loads, s6-6). dx keeps its own offsets: shared,
-    // all eight stayed live through the mma (spills).
-    const int64_t t0 = c0 + 4 * tig, xoff = t0 * K + k4;
-    const int left = int(min(tb - t0, int64_t(kChunk)));
+    // up to n = 4 the next chunk's loads are issued here, where their registers are free: they
+    // have the whole chunk to arrive (before P, as beyond n = 4: backward 928 µs against 913 at
+    // 16384,4,4096, s10-4). Beyond n = 4, here they would be live through dvecX (spills).
+    if constexpr (kEarly)
+      if (c0 + kChunk < tb) fetch(c0 + kChunk);
+    // this chunk's x and dh_in (kRing: from the ring, a step at a time, below), every load
+    // issued before the math. The lane's tokens are t0 + o, o = 16 s + r, in range for o < left
+    // (none where its columns are out of range). vec is tested once per chunk, and the rows are
+    // walked by pointers, each row's the last one's plus next_row(r)·K (·D in dh_in), a 64-bit
+    // add: row offsets written as xoff + o·K were folded back into (t0 + o)·K + k4, a 64-bit
+    // product a row (~190 instructions per chunk for the 16 loads, behind per-row branches on
+    // vec: s6-6, change 38). dx is [T, K] as x: its row pointer dxr walks the same way.
+    const int64_t t0 = c0 + 4 * tig, xoff = t0 * K64 + k4;
+    const int left = col_in ? int(min(tb - t0, int64_t(kChunk))) : 0;
     uint2 xv[kChunk / 16][4], gv[kChunk / 16][4];
+    __nv_bfloat16* dxr = p.dx + xoff;
+    if constexpr (!kRing) {
+      if (vec) {
+        const __nv_bfloat16* xr = p.x + xoff;
+        const __nv_bfloat16* gr = p.dh_in + (t0 * D64 + kd);
 #pragma unroll
-    for (int s = 0; s < kChunk / 16; ++s)
+        for (int s = 0; s < kChunk / 16; ++s)
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int o = 16 * s + r;
-        const bool in = o < left && col_in;
-        if (vec) {
-          xv[s][r] = in ? *reinterpret_cast<const uint2*>(p.x + xoff + int64_t(o) * K) : make_uint2(0, 0);
-          gv[s][r] = in ? *reinterpret_cast<const uint2*>(p.dh_in + (t0 + o) * D + kd) : make_uint2(0, 0);
-        } else {
-          xv[s][r] = o < left ? load4(p.x, t0 + o, K, k4, K % 4 == 0) : make_uint2(0, 0);
-          gv[s][r] = make_uint2(0, 0);
-        }
+          for (int r = 0; r < 4; ++r) {
+            const int o = 16 * s + r;
+            xv[s][r] = o < left ? *reinterpret_cast<const uint2*>(xr) : make_uint2(0, 0);
+            gv[s][r] = o < left ? *reinterpret_cast<const uint2*>(gr) : make_uint2(0, 0);
+            xr += next_row(r) * K64;
+            gr += next_row(r) * D64;
+          }
+      } else {  // element by element (x by 8 bytes where K % 4 == 0); dh_in is read by dx's stores
+#pragma unroll
+        for (int s = 0; s < kChunk / 16; ++s)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const int o = 16 * s + r;
+            xv[s][r] = o < left ? load4(p.x, t0 + o, K, k4, K % 4 == 0) : make_uint2(0, 0);
+            gv[s][r] = make_uint2(0, 0);
+          }
       }
+    }
 
     // dvecX and dx, both 16-token steps first: their registers are free again before P's accumulators
 #pragma unroll
@@ -412,37 +509,65 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       }
       // dvecX for token 4tig + r, column 4g + q: fragment (mt, nt) = (q / 2, r / 2), element r % 2 + 2 (q % 2)
       auto dv = [&](int r, int q) { return dvp[q / 2][r / 2][r % 2 + 2 * (q % 2)]; };
-      // dx (and dvecX when it is dumped)
+      // kRing: the step's x and dh_in from its slot, zeros where the loads above give zeros; here,
+      // after dvecX, not at the step's start, where they would be live through it (ptxas: 36
+      // bytes of spills at n = 4, sm_90)
+      if constexpr (kRing) {
+        if (ring_steps == 3)
+          copy_wait<2>();  // this lane's copies of the step have landed (the 2 later steps' may not)
+        else
+          copy_wait<1>();
+        __syncwarp();  // so have all lanes'
+        const uint2* rs = reinterpret_cast<const uint2*>(ring + slot);
 #pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const int tt = tt0 + r, o = 16 * s + r;
-        const int64_t t = c0 + tt;
-        if (o >= left || !col_in) continue;
-        if (vec) {
-          const int64_t off = t * K + k4;
-          float out[4];
+        for (int r = 0; r < 4; ++r) xv[s][r] = rs[rd ^ 8 * r], gv[s][r] = rs[2 * kRingTile + (rd ^ 8 * r)];
+        __syncwarp();  // all lanes have read the slot: refill it, ring_steps steps on
+        copy_step(ring + slot);
+        slot = slot + kRingStep < ring_steps * kRingStep ? slot + kRingStep : 0;
+      }
+      // dvecX when it is dumped (a row index each: not the timed path), then dx
+      if (vec) {
+        if (dump)
 #pragma unroll
-          for (int q = 0; q < 4; ++q)
-            out[q] = dv(r, q) * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][stream] * half_of(gv[s][r], q);
-          __align__(8) __nv_bfloat16 b[4];
+          for (int r = 0; r < 4; ++r)
+            if (16 * s + r < left)
+              *reinterpret_cast<float4*>(p.dvecX + xoff + (16 * s + r) * K64) =
+                  make_float4(dv(r, 0), dv(r, 1), dv(r, 2), dv(r, 3));
 #pragma unroll
-          for (int q = 0; q < 4; ++q) b[q] = __float2bfloat16_rn(out[q]);
-          *reinterpret_cast<uint2*>(p.dx + off) = *reinterpret_cast<const uint2*>(b);
-          if (p.dvecX) *reinterpret_cast<float4*>(p.dvecX + off) = make_float4(dv(r, 0), dv(r, 1), dv(r, 2), dv(r, 3));
-        } else {
+        for (int r = 0; r < 4; ++r) {
+          const int tt = tt0 + r, o = 16 * s + r;
+          if (o < left) {
+            float out[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              out[q] = dv(r, q) * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][stream] * half_of(gv[s][r], q);
+            __align__(8) __nv_bfloat16 b[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q) b[q] = __float2bfloat16_rn(out[q]);
+            *reinterpret_cast<uint2*>(dxr) = *reinterpret_cast<const uint2*>(b);
+          }
+          dxr += next_row(r) * K64;
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const int tt = tt0 + r, o = 16 * s + r;
+          const int64_t t = c0 + tt;
+          if (o >= left) continue;
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
             const int k = k4 + q;
             if (k >= K) break;
             const float gi = __bfloat162float(p.dh_in[t * D + k % D]);
             p.dx[t * K + k] = __float2bfloat16_rn(dv(r, q) * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][k / D] * gi);
-            if (p.dvecX) p.dvecX[t * K + k] = dv(r, q);
+            if (dump) p.dvecX[t * K + k] = dv(r, q);
           }
         }
       }
     }
 
-    if (c0 + kChunk < tb) fetch(c0 + kChunk);
+    if constexpr (!kEarly)
+      if (c0 + kChunk < tb) fetch(c0 + kChunk);
     // P: the chunk's chain (token step 0 then 1; planes lo, mid, hi) from zero, then into the split's sum
     float cc[2][NJ][4];
 #pragma unroll
@@ -482,6 +607,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][nj][i] += cc[mt][nj][i];
   }
+  if constexpr (kRing) copy_wait<0>();  // the copies past the split (zeros) land before the block ends
   // C fragment element i: row g (i < 2) or g + 8 of m-tile mt, i.e. column 4g + 2mt + i / 2;
   // n-index 2tig + i % 2 of j-tile nj. One split: P[j][column] in shared memory (phi's tile
   // is free after the barrier; N·kColTile floats fit in its kPlanes·U·kColTile units).
@@ -548,13 +674,39 @@ __global__ void __launch_bounds__(kThreads) param_final(BwdParams p, int ktiles)
   column_params<N>(p, K, k, [&](int j) { return s[j]; });
 }
 
+// The steps of dx_param<n, true>'s ring beside `tiles` bytes of dynamic shared memory: 3, else
+// 2, where two blocks an SM still fit with it (H100: 3 up to n = 4; A100: 3 up to n = 3, none
+// at n = 4), else 0: no ring (asked once per process and n, of the current device).
+template <int n> int dx_ring_steps(size_t tiles) {
+  static const int steps = [tiles] {
+    int dev = 0, per_sm = 0, per_block = 0, reserved = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, dx_param<n, true>));
+    for (int r = 3; r >= 2; --r) {
+      const size_t block = fa.sharedSizeBytes + tiles + size_t(r) * kRingStepBytes;
+      if (block <= size_t(per_block) && 2 * (block + size_t(reserved)) <= size_t(per_sm)) return r;
+    }
+    return 0;
+  }();
+  return steps;
+}
+
 template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
   const unsigned ktiles = unsigned(ceil_div(K, kThreads)), ctiles = unsigned(ceil_div(K, kColTile));
   constexpr int U = 2 * ceil_div(N, 16);
-  const size_t smem = size_t(kPlanes) * U * (kColTile + kChunk) * sizeof(uint4);  // 54 KB at n = 4, 135 KB at n = 8
-  CUDA_CHECK(cudaFuncSetAttribute(dx_param<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  size_t smem = size_t(kPlanes) * U * (kColTile + kChunk) * sizeof(uint4);  // 54 KB at n = 4, 135 KB at n = 8
+  // x and dh_in through the ring where it fits (n <= 4, 16-byte rows of 8 columns: D % 8 == 0)
+  void (*dx_kernel)(BwdParams) = dx_param<n, false>;
+  if constexpr (n <= 4)
+    if (p.D % 8 == 0)
+      if (const int r = dx_ring_steps<n>(smem)) dx_kernel = dx_param<n, true>, smem += size_t(r) * kRingStepBytes;
+  CUDA_CHECK(cudaFuncSetAttribute(dx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   // token_grads is an ordinary launch, the later kernels programmatic dependents of the one
@@ -563,10 +715,10 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
     // A dependent, except where two of its blocks may share an SM (n <= 4) and each walks more
     // than two chunks: there it lost (T = 128: 27.8 -> 33.0 µs, T = 200: 38.6 -> 48.0; s8-1,
     // s8-2), while at T = 64 and at n = 8 it won 3-4 µs.
-    launch_after(n > 4 || p.T <= 2 * kChunk, dx_param<n>, ctiles + 3 + N, kThreads, smem, s, p);
+    launch_after(n > 4 || p.T <= 2 * kChunk, dx_kernel, ctiles + 3 + N, kThreads, smem, s, p);
     return;
   }
-  launch_after(true, dx_param<n>, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
+  launch_after(true, dx_kernel, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
   launch_after(true, param_final<n>, ktiles + 3 + N, kThreads, 0, s, p, int(ktiles));
 }
 
