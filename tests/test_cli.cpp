@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <sstream>
 
 #include "backends.h"
 #include "h5io.h"
@@ -221,6 +222,52 @@ TEST_SUITE("cli") {
 }
 
 TEST_SUITE("cli") {
+  TEST_CASE("the memory limit: whole-case commands refuse before allocating; streamed run and diff fit under it") {
+    // gen, bench and diff on a generated case hold it whole (an audit found gen --shape
+    // 100000000000,4,4096 dying of bad_alloc or an OOM kill)
+    for (const char* args : {"gen --shape 100000000000,4,4096 x.h5", "bench --shape 100000000000,4,4096",
+                             "diff cpu cpu --shape 100000000000,4,4096"}) {
+      CAPTURE(args);
+      auto e = test::sh("MHC_MAX_MEMORY=8000000000 " + test::mhc(args));
+      CHECK(e.rc == 2);
+      CHECK(e.err.rfind("mhc: error: --shape 100000000000,4,4096: T=100000000000 n=4 D=4096 needs about", 0) == 0);
+      CHECK(e.err.find("more than the memory limit of 8 GB") != std::string::npos);
+      CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
+    }
+    CHECK(!std::filesystem::exists("x.h5"));
+    std::string dir = test::tmpdir("cli_memory");
+    // n = 32, D = 1: h_mix, dh_mix, h_res and dh_res are 17 KB a token, x 64 bytes. The streamed run
+    // sized its chunk by x alone and held all 32768 tokens (~0.9 GB); under a 200 MB limit its
+    // chunks now fit, and it writes the bits of a run without the limit.
+    CHECK(test::sh(test::mhc("gen --shape 32768,32,1 --seed 4 " + dir + "/n32.h5")).rc == 0);
+    auto peak = test::sh("MHC_MAX_MEMORY=200000000 python3 -c 'import resource, subprocess, sys; "
+                         "r = subprocess.run(sys.argv[1:]).returncode; "
+                         "print(r, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)' " +
+                         test::mhc("run -q " + dir + "/n32.h5 " + dir + "/limited.h5"));
+    int rc = -1;
+    double rss = 0;
+    std::istringstream(peak.out) >> rc >> rss;
+    CHECK(rc == 0);
+#ifndef __SANITIZE_ADDRESS__  // AddressSanitizer's shadow memory and quarantine are not mhc's
+    CHECK(rss > 0);
+    CHECK(rss < 200e6);
+#endif
+    CHECK(test::sh(test::mhc("run -q " + dir + "/n32.h5 " + dir + "/free.h5")).rc == 0);
+    Case limited = load_case(dir + "/limited.h5", LoadOptions{}, true), free = load_case(dir + "/free.h5", LoadOptions{}, true);
+    for (auto& [name, t] : free.t) {
+      CAPTURE(name);
+      CHECK(limited.get(name).bytes == t.bytes);
+    }
+    // n = 64, D = 64: phi and dphi are 2 x 69 MB at 4 bytes (x 8 as float64). A run fits in 1 GB;
+    // the diff, which holds ~6 copies, is refused before it starts (it peaked at 3.2 GB at
+    // 256,128,16 with no check).
+    CHECK(test::sh(test::mhc("gen --shape 4,64,64 --seed 4 " + dir + "/phi.h5")).rc == 0);
+    CHECK(test::sh("MHC_MAX_MEMORY=1000000000 " + test::mhc("run -q " + dir + "/phi.h5 " + dir + "/phi_out.h5")).rc == 0);
+    auto d = test::sh("MHC_MAX_MEMORY=1000000000 " + test::mhc("diff cpu " + dir + "/phi_out.h5"));
+    CHECK(d.rc == 2);
+    CHECK(d.err.find("phi_out.h5: /inputs/x: T=4 n=64 D=64 needs about") != std::string::npos);
+  }
+
   TEST_CASE("the backend registry: --help lists every backend with its availability; unknown names list them") {
     auto h = test::sh(test::mhc("--help"));
     CHECK(h.rc == 0);

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "generate.h"
+#include "h5io.h"
 
 namespace mhc {
 
@@ -135,6 +136,7 @@ std::vector<CheckCase> vary(const std::vector<CheckCase>& cases, const std::stri
 }
 
 Case make_inputs(const CheckCase& cc) {
+  check_case_memory(cat("case ", cc.name, ": "), cc.prob());
   Case c = generate_case(cc.prob(), cc.seed(), !cc.forward_only);
   if (cc.no_gamma)
     for (int64_t i = 0; i < c.t["gamma"].size(); ++i) c.t["gamma"].set(i, 1.0);

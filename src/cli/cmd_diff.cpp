@@ -160,7 +160,7 @@ void add_diff(CLI::App& app, int& rc) {
     bool a_backend = is_backend_side(o->a), b_backend = is_backend_side(o->b);
     LoadOptions lo;
     lo.strict = o->strict, lo.allow_nonfinite = o->allow_nonfinite;
-    lo.memory_factor = 0;  // read token chunk by token chunk
+    lo.copies = kDiffCopies, lo.stream_tokens = kTokenBlock;  // read a block of tokens at a time
     std::shared_ptr<Side> a_file, b_file, in;
     if (!a_backend) a_file = file_side(o->a, lo, true);
     if (!b_backend) b_file = file_side(o->b, lo, true);
@@ -189,12 +189,23 @@ void add_diff(CLI::App& app, int& rc) {
     } else if (a_file) {
       in = a_file;
     } else {
-      Case gen = generate_case(parse_shape(o->shape), o->seed, true);
+      const Problem p = parse_shape(o->shape);
+      check_case_memory(cat("--shape ", o->shape, ": "), p);
+      Case gen = generate_case(p, o->seed, true);
       std::cerr << "mhc diff: no input file given; generated " << gen.prob.str() << ", seed " << o->seed
                 << " (mhc gen --shape " << o->shape << " --seed " << o->seed << ")\n";
       in = case_side(std::move(gen));
     }
     const Problem prob = in->head().prob;
+    {  // beyond the blocks the readers checked, what grows with T: a backend that runs the whole
+       // case, and --dump's error and difference of every element (9 bytes)
+      const CaseBytes all = case_bytes(prob), all64 = case_bytes(prob, true);
+      double need = all64.with(double(kTokenBlock)) * kDiffCopies;
+      for (auto* side : {&o->a, &o->b})
+        if (is_backend_side(*side) && !parse_backend(*side).backend->streams) need += 2 * all.with(double(prob.T()));
+      if (!o->dump.empty()) need += all64.with(double(prob.T())) * 9 / 8;
+      check_memory(cat(!o->input.empty() ? o->input : b_file ? o->b : a_file ? o->a : "--shape " + o->shape, ": "), prob, need);
+    }
     int64_t t0 = 0, t1 = prob.T();
     if (!o->tokens.empty()) {
       std::tie(t0, t1) = parse_tokens(o->tokens, prob.T());

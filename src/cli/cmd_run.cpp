@@ -15,6 +15,23 @@
 
 namespace mhc {
 
+namespace {
+
+// Tokens a streamed run holds at once: whole blocks (the same bits for any chunk size), --chunk
+// or by default about 512 MB of stages at 8 bytes an element, and no more than the memory limit
+// allows (the reader checked that one block fits).
+int64_t run_chunk(const Problem& p, int64_t asked) {
+  const CaseBytes b = case_bytes(p, true);
+  const int64_t T_blocks = (p.T() + kTokenBlock - 1) / kTokenBlock;
+  auto blocks = [&](double tokens) {  // whole blocks in `tokens`, 1 to T_blocks
+    return tokens >= double(p.T()) ? T_blocks : std::max<int64_t>(1, int64_t(tokens) / kTokenBlock);
+  };
+  const int64_t want = asked ? (std::min(asked, p.T()) + kTokenBlock - 1) / kTokenBlock : blocks(512e6 / b.per_token);
+  return std::min(want, blocks((double(memory_limit()) / kRunCopies - b.fixed) / b.per_token)) * kTokenBlock;
+}
+
+}  // namespace
+
 void add_run(CLI::App& app, int& rc) {
   struct Opts {
     std::string backend = "cpu", precision, in, out;
@@ -35,7 +52,8 @@ void add_run(CLI::App& app, int& rc) {
   sub->add_flag("--allow-nonfinite", o->allow_nonfinite, "accept NaN/Inf in inputs and outputs");
   sub->add_flag("--dump-intermediates", o->dump, "cuda: also keep dvecX ([..,n,D] float32)");
   sub->add_flag("-q,--quiet", o->quiet, "no summary table");
-  sub->add_option("--chunk", o->chunk, "cpu: tokens read, computed and written at a time (a multiple of 256; default: about 16M elements of x)")
+  sub->add_option("--chunk", o->chunk, "cpu: tokens read, computed and written at a time (rounded up to a multiple of 256, down to what the "
+                  "memory limit allows; default: about 512 MB of stages a chunk)")
       ->check(CLI::PositiveNumber);
   sub->add_option("in", o->in, "input HDF5 file (/inputs)")->required();
   sub->add_option("out", o->out, "output HDF5 file: a copy of /inputs plus /forward and /backward")->required();
@@ -69,7 +87,7 @@ void add_run(CLI::App& app, int& rc) {
     Problem prob;
     bool backward = false;
     if (b.backend->streams) {  // token chunk by token chunk: memory does not grow with T
-      lo.memory_factor = 0;
+      lo.copies = kRunCopies, lo.stream_tokens = kTokenBlock;  // at least a block at a time
       CaseReader in(o->in, lo, false);
       check_output_path(o->out, o->in, o->force);
       Case head = in.head();
@@ -78,10 +96,7 @@ void add_run(CLI::App& app, int& rc) {
       CaseWriter out(o->out, head, o->force);
       TokenSums sums;
       const auto begin = std::chrono::steady_clock::now();
-      const int64_t want = std::min(o->chunk, prob.T());  // a --chunk near 2^63 must not wrap below
-      const int64_t blocks = o->chunk ? (want + kTokenBlock - 1) / kTokenBlock
-                                      : std::max<int64_t>(1, (int64_t(1) << 24) / (kTokenBlock * prob.K()));
-      const int64_t chunk = blocks * kTokenBlock;  // the same bits for any chunk size
+      const int64_t chunk = run_chunk(prob, o->chunk);
       for (int64_t t0 = 0; t0 < prob.T(); t0 += chunk) {
         Case c = in.chunk(t0, std::min(prob.T(), t0 + chunk));
         backward = c.has_gradients();

@@ -327,20 +327,12 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
   c.prob.tokens.assign(xshape.begin(), xshape.end() - 2);
   c.prob.n = xshape[xshape.size() - 2];
   c.prob.D = xshape.back();
-  // The parameters are read whole (phi is [n*n+2n, n*D]) and the tokens a block at a time:
-  // both must fit, checked before N or K is ever formed.
-  const uint64_t NK = phi_elements(c.prob.n, c.prob.D);
-  if (NK == 0)
+  // phi is [n*n+2n, n*D]: its size is checked before N or K is ever formed
+  if (phi_elements(c.prob.n, c.prob.D) == 0)
     fail(where(xs), "n = ", c.prob.n, ", D = ", c.prob.D, " from ", shape_str(xshape),
          ": phi [n*n+2n, n*D] would have more elements than can be addressed");
-  double need = std::max(double(NK) * 8, double(c.prob.K()) * double(kTokenBlock) * 16);
-  if (need > double(memory_limit()))
-    fail(where(xs), "n = ", c.prob.n, ", D = ", c.prob.D, " from ", shape_str(xshape), ": phi [n*n+2n, n*D] and a block of ",
-         kTokenBlock, " tokens need ", need / 1e9, " GB, more than the memory limit of ", double(memory_limit()) / 1e9,
-         " GB (MHC_MAX_MEMORY=BYTES to change it)");
-  if (double need = case_bytes(c.prob) * opt.memory_factor; need > double(memory_limit()))
-    fail(where(xs), c.prob.str(), " needs about ", need / 1e9, " GB for this command, more than the memory limit of ",
-         double(memory_limit()) / 1e9, " GB (MHC_MAX_MEMORY=BYTES to change it)");
+  const int64_t held = opt.stream_tokens ? std::min(opt.stream_tokens, c.prob.T()) : c.prob.T();
+  check_memory(where(xs), c.prob, case_bytes(c.prob, opt.stream_tokens > 0).with(double(held)) * opt.copies);
 
   for (const Stage& s : stage_table()) {
     if (s.group != Group::inputs) continue;
@@ -773,6 +765,12 @@ std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::st
     fail(path, ": read error in ", e.getFuncName(), " (", h5_cause(), ")");
   }
   return out;
+}
+
+void check_memory(const std::string& where, const Problem& p, double need) {
+  if (need > double(memory_limit()))
+    fail(where, p.str(), " needs about ", need / 1e9, " GB for this command, more than the memory limit of ",
+         double(memory_limit()) / 1e9, " GB (MHC_MAX_MEMORY=BYTES to change it)");
 }
 
 uint64_t memory_limit() {

@@ -19,12 +19,27 @@ struct LoadOptions {
   bool strict = false;           // values that need rounding to the input dtype are an error
   bool allow_nonfinite = false;  // NaN/Inf in inputs are an error unless set
   bool quiet = false;            // no rounding warnings on stderr
-  double memory_factor = 2;      // copies of the whole case the command holds (diff: more; 0 when it streams)
+  // What the command holds at once, checked before anything is allocated: `copies` copies of
+  // the whole case at its dtypes' sizes; or, for a command that streams (stream_tokens > 0),
+  // copies of the parameters and of that many tokens at 8 bytes an element (CaseBytes).
+  double copies = 2;
+  int64_t stream_tokens = 0;
 };
+
+// Peak memory of the commands that stream, in copies of case_bytes(p, true) at the tokens
+// they hold (measured with /usr/bin/time on phi-heavy, N-heavy and K-heavy shapes, docs/perf.md:
+// run ≤ 2.1, diff ≤ 5.9; the rest is margin).
+constexpr double kRunCopies = 2.5, kDiffCopies = 6.5;
 
 // Bytes mhc may allocate: MHC_MAX_MEMORY if set, else the machine's available memory.
 // Cases and datasets that would need more are refused before anything is allocated.
 uint64_t memory_limit();
+// One line naming `where` and the problem when `need` bytes pass memory_limit().
+void check_memory(const std::string& where, const Problem& p, double need);
+// The check of a command that holds the whole case (or only its inputs): two copies of it.
+inline void check_case_memory(const std::string& where, const Problem& p, bool inputs_only = false) {
+  check_memory(where, p, case_bytes(p, false, inputs_only).with(double(p.T())) * 2);
+}
 
 // Reads /inputs (validated against the stage table) and, when `outputs`, every
 // /forward and /backward dataset present, kept in its stored dtype and shape.

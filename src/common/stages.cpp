@@ -104,15 +104,16 @@ std::string stage_shape_str(const Stage& s) {
   return r + "]";
 }
 
-double case_bytes(const Problem& p) {
-  double bytes = 0;
+CaseBytes case_bytes(const Problem& p, bool f64, bool inputs_only) {
+  CaseBytes b;
   for (auto& s : stage_table()) {
-    double n = double(s.dtype == DType::bf16 ? 2 : 4);
-    for (Dim d : s.dims) n *= d == Dim::tok ? double(p.T()) : d == Dim::n ? double(p.n) : d == Dim::d ? double(p.D)
+    if (inputs_only && s.group != Group::inputs) continue;
+    double n = f64 ? 8.0 : double(dtype_size(s.dtype));
+    for (Dim d : s.dims) n *= d == Dim::tok ? 1.0 : d == Dim::n ? double(p.n) : d == Dim::d ? double(p.D)
                             : d == Dim::nmix ? double(p.N()) : d == Dim::k ? double(p.K()) : 3.0;
-    bytes += n;
+    (per_token(s) ? b.per_token : b.fixed) += n;
   }
-  return bytes;
+  return b;
 }
 
 std::string dataset_path(const Stage& s) { return cat("/", group_name(s.group), "/", s.name); }

@@ -42,8 +42,15 @@ std::string suggest_stage(const std::string& path);
 
 Shape stage_shape(const Stage& s, const Problem& p);
 std::string stage_shape_str(const Stage& s);        // "[..,n,D]" symbolic
-// Bytes of every stage of a case at fp32 (inputs, forward and backward): the case's size in memory.
-double case_bytes(const Problem& p);
+// A case's size in memory, in two parts: the stages that do not grow with the tokens
+// (parameters, sums over tokens) and what one token adds. Each element counts at its fp32
+// dtype's size, or with `f64` at 8 bytes (the fp64 golden's computed stages; an upper bound
+// for any run); with `inputs_only`, only /inputs.
+struct CaseBytes {
+  double fixed = 0, per_token = 0;
+  double with(double tokens) const { return fixed + tokens * per_token; }
+};
+CaseBytes case_bytes(const Problem& p, bool f64 = false, bool inputs_only = false);
 
 std::string dataset_path(const Stage& s);           // "/forward/h_mix"
 DType stored_dtype(const Stage& s, Precision prec);
