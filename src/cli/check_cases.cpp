@@ -136,7 +136,7 @@ std::vector<CheckCase> vary(const std::vector<CheckCase>& cases, const std::stri
 }
 
 Case make_inputs(const CheckCase& cc) {
-  check_case_memory(cat("case ", cc.name, ": "), cc.prob());
+  check_case_memory(cat("case ", cc.name, ": "), cc.prob(), Holds::check);
   Case c = generate_case(cc.prob(), cc.seed(), !cc.forward_only);
   if (cc.no_gamma)
     for (int64_t i = 0; i < c.t["gamma"].size(); ++i) c.t["gamma"].set(i, 1.0);

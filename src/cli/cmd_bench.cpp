@@ -39,7 +39,7 @@ void add_bench(CLI::App& app, int& rc) {
   sub->callback([o, &rc] {
     BackendSpec b = parse_backend(o->backend);
     Problem p = parse_shape(o->shape);
-    check_case_memory(cat("--shape ", o->shape, ": "), p);
+    check_case_memory(cat("--shape ", o->shape, ": "), p, Holds::case_f64);
     Pass pass = o->pass == "fwd" ? Pass::fwd : o->pass == "bwd" ? Pass::bwd : Pass::both;
     Case c = generate_case(p, o->seed, pass != Pass::fwd);
     std::string device = backend_device(b);

@@ -178,6 +178,18 @@ void add_diff(CLI::App& app, int& rc) {
       for (auto* side : {&o->a, &o->b})
         if (!out->empty()) check_output_path(*out, is_backend_spec(*side) ? "" : *side, true);
 
+    // Beyond the blocks the readers checked, what grows with T: a generated case (held whole),
+    // a backend side that runs the whole case, and --dump-diff's error, mask and difference of
+    // every element and the tensors written from them (21 bytes). Checked before generating.
+    auto check_diff_memory = [&](const Problem& prob, const std::string& where, bool generated) {
+      const CaseBytes all = case_bytes(prob), all64 = case_bytes(prob, true);
+      double need = all64.with(double(std::min(kTokenBlock, prob.T()))) * kDiffCopies;
+      if (generated) need += 2 * all.with(double(prob.T()));
+      for (auto* side : {&o->a, &o->b})
+        if (is_backend_side(*side) && !parse_backend(*side).backend->streams) need += 2 * all.with(double(prob.T()));
+      if (!o->dump.empty()) need += all64.with(double(prob.T())) * 21 / 8;
+      check_memory(where, prob, need);
+    };
     if (!o->input.empty()) {
       in = file_side(o->input, lo, false);
       for (auto [side, f] : {std::pair{&o->a, a_file}, std::pair{&o->b, b_file}})
@@ -190,22 +202,15 @@ void add_diff(CLI::App& app, int& rc) {
       in = a_file;
     } else {
       const Problem p = parse_shape(o->shape);
-      check_case_memory(cat("--shape ", o->shape, ": "), p);
+      check_diff_memory(p, cat("--shape ", o->shape, ": "), true);
       Case gen = generate_case(p, o->seed, true);
       std::cerr << "mhc diff: no input file given; generated " << gen.prob.str() << ", seed " << o->seed
                 << " (mhc gen --shape " << o->shape << " --seed " << o->seed << ")\n";
       in = case_side(std::move(gen));
     }
     const Problem prob = in->head().prob;
-    {  // beyond the blocks the readers checked, what grows with T: a backend that runs the whole
-       // case, and --dump's error and difference of every element (9 bytes)
-      const CaseBytes all = case_bytes(prob), all64 = case_bytes(prob, true);
-      double need = all64.with(double(kTokenBlock)) * kDiffCopies;
-      for (auto* side : {&o->a, &o->b})
-        if (is_backend_side(*side) && !parse_backend(*side).backend->streams) need += 2 * all.with(double(prob.T()));
-      if (!o->dump.empty()) need += all64.with(double(prob.T())) * 9 / 8;
-      check_memory(cat(!o->input.empty() ? o->input : b_file ? o->b : a_file ? o->a : "--shape " + o->shape, ": "), prob, need);
-    }
+    if (a_file || b_file || !o->input.empty())
+      check_diff_memory(prob, cat(!o->input.empty() ? o->input : b_file ? o->b : o->a, ": "), false);
     int64_t t0 = 0, t1 = prob.T();
     if (!o->tokens.empty()) {
       std::tie(t0, t1) = parse_tokens(o->tokens, prob.T());

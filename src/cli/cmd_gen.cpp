@@ -24,7 +24,7 @@ void add_gen(CLI::App& app, int& rc) {
   sub->footer("Example:\n  mhc gen --shape 2,128,4,1024 --seed 7 in.h5");
   sub->callback([o, &rc] {
     Problem p = parse_shape(o->shape);
-    check_case_memory(cat("--shape ", o->shape, ": "), p, true);
+    check_case_memory(cat("--shape ", o->shape, ": "), p, Holds::inputs);
     check_output_path(o->out, "", o->force);
     Case c = generate_case(p, o->seed, !o->forward_only);
     c.attrs["generator"] = cat("mhc gen --shape ", o->shape, " --seed ", o->seed);

@@ -26,7 +26,7 @@ int64_t run_chunk(const Problem& p, int64_t asked) {
   auto blocks = [&](double tokens) {  // whole blocks in `tokens`, 1 to T_blocks
     return tokens >= double(p.T()) ? T_blocks : std::max<int64_t>(1, int64_t(tokens) / kTokenBlock);
   };
-  const int64_t want = asked ? (std::min(asked, p.T()) + kTokenBlock - 1) / kTokenBlock : blocks(512e6 / b.per_token);
+  const int64_t want = asked > 0 ? (std::min(asked, p.T()) + kTokenBlock - 1) / kTokenBlock : blocks(512e6 / b.per_token);
   return std::min(want, blocks((double(memory_limit()) / kRunCopies - b.fixed) / b.per_token)) * kTokenBlock;
 }
 

@@ -36,9 +36,14 @@ constexpr double kRunCopies = 2.5, kDiffCopies = 6.5;
 uint64_t memory_limit();
 // One line naming `where` and the problem when `need` bytes pass memory_limit().
 void check_memory(const std::string& where, const Problem& p, double need);
-// The check of a command that holds the whole case (or only its inputs): two copies of it.
-inline void check_case_memory(const std::string& where, const Problem& p, bool inputs_only = false) {
-  check_memory(where, p, case_bytes(p, false, inputs_only).with(double(p.T())) * 2);
+// The check of a command that holds the whole case: `copies` copies of it, at its dtypes' sizes
+// or (f64) at 8 bytes an element; gen holds two of its inputs, bench two at 8 bytes (cpu:fp64),
+// check four (its run, a repeat and the fp64 reference: 2.7 measured at 2048,4,4096).
+enum class Holds { inputs, case_f64, check };
+inline void check_case_memory(const std::string& where, const Problem& p, Holds h) {
+  const double T = double(p.T());
+  check_memory(where, p, h == Holds::inputs ? case_bytes(p, false, true).with(T) * 2
+                         : case_bytes(p, true).with(T) * (h == Holds::check ? 4 : 2));
 }
 
 // Reads /inputs (validated against the stage table) and, when `outputs`, every
