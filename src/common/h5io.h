@@ -36,9 +36,9 @@ constexpr double kRunCopies = 2.5, kDiffCopies = 6.5;
 uint64_t memory_limit();
 // One line naming `where` and the problem when `need` bytes pass memory_limit().
 void check_memory(const std::string& where, const Problem& p, double need);
-// The check of a command that holds the whole case: `copies` copies of it, at its dtypes' sizes
-// or (f64) at 8 bytes an element; gen holds two of its inputs, bench two at 8 bytes (cpu:fp64),
-// check four (its run, a repeat and the fp64 reference: 2.7 measured at 2048,4,4096).
+// The check of a command that holds the whole case, by what it holds: gen two copies of its
+// inputs; bench two of the case at 8 bytes an element (cpu:fp64); check four at 8 bytes (its
+// run, a repeat and the fp64 reference: 2.7 measured at 2048,4,4096).
 enum class Holds { inputs, case_f64, check };
 inline void check_case_memory(const std::string& where, const Problem& p, Holds h) {
   const double T = double(p.T());
