@@ -22,11 +22,11 @@ namespace {
 // allows (the reader checked that one block fits).
 int64_t run_chunk(const Problem& p, int64_t asked) {
   const CaseBytes b = case_bytes(p, true);
-  const int64_t T_blocks = (p.T() + kTokenBlock - 1) / kTokenBlock;
-  auto blocks = [&](double tokens) {  // whole blocks in `tokens`, 1 to T_blocks
-    return tokens >= double(p.T()) ? T_blocks : std::max<int64_t>(1, int64_t(tokens) / kTokenBlock);
+  auto blocks_up = [](int64_t tokens) { return (tokens + kTokenBlock - 1) / kTokenBlock; };
+  auto blocks = [&](double tokens) {  // whole blocks in `tokens`, 1 to those of T
+    return tokens >= double(p.T()) ? blocks_up(p.T()) : std::max<int64_t>(1, int64_t(tokens) / kTokenBlock);
   };
-  const int64_t want = asked > 0 ? (std::min(asked, p.T()) + kTokenBlock - 1) / kTokenBlock : blocks(512e6 / b.per_token);
+  const int64_t want = asked > 0 ? blocks_up(std::min(asked, p.T())) : blocks(512e6 / b.per_token);
   return std::min(want, blocks((double(memory_limit()) / kRunCopies - b.fixed) / b.per_token)) * kTokenBlock;
 }
 
