@@ -207,20 +207,14 @@ __device__ __forceinline__ void copy16(uint4* dst, const void* src, bool ok) {
 }
 __device__ __forceinline__ void copy_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 template <int m> __device__ __forceinline__ void copy_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(m) : "memory"); }
-// The bytes of dynamic shared memory this launch was given.
-__device__ __forceinline__ uint32_t dynamic_smem_bytes() {
-  uint32_t b;
-  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(b));
-  return b;
-}
 
 // dx and P = dh_mixᵀ·x in one pass over x: a block per (kColTile columns, token split), walking
 // its split kChunk tokens at a time, all products on tensor cores (mma.sync m16n8k16, bf16 in,
 // fp32 accumulate) with fp32 operands as bf16 planes hi + mid + lo. Shared memory holds phi's
 // column tile as planes for the whole split, and per chunk dh_mix as planes (staged from
-// registers loaded during the previous chunk), coef and h_pre; with kRing (n <= 4, D % 8 == 0,
-// where two blocks an SM still fit) also a ring of x and dh_in, a few 16-token steps ahead of
-// the math (below). Warp w takes columns 32w..32w+31 of the tile; lane (g, tig) holds x and
+// registers loaded during the previous chunk), coef and h_pre; with kRing > 0 (n <= 4,
+// D % 8 == 0, where two blocks an SM still fit) also a ring of x and dh_in, kRing 16-token steps
+// ahead of the math (below). Warp w takes columns 32w..32w+31 of the tile; lane (g, tig) holds x and
 // dh_in of columns 4g..4g+3 and, in each 16-token step, tokens 4tig..4tig+3:
 //   dvecX = dh_mix·phi, as dvecXᵀ = phiᵀ·dh_mixᵀ (columns as m, tokens as n, j as k): m-tile
 //           mt's rows g, g + 8 are columns 4g + 2mt, +1 and n-tile nt's columns 2tig, +1 are
@@ -239,9 +233,9 @@ __device__ __forceinline__ uint32_t dynamic_smem_bytes() {
 // the 3 + N blocks after the column tiles compute dalpha and dbias: no param_final launch.
 // Two blocks per SM up to n = 4 (128 registers); dvecX on CUDA cores took 47% of the kernel's
 // instructions (s5-6).
-template <int n, bool kRing>
+template <int n, int kRing>
 __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p) {
-  static_assert(!kRing || n <= 4, "the ring is for two blocks an SM, n <= 4");
+  static_assert(kRing == 0 || (n <= 4 && (kRing == 2 || kRing == 3)), "a ring of 2 or 3 steps, for two blocks an SM: n <= 4");
   constexpr bool kEarly = n <= 4;  // the next chunk's fetch at the chunk's start
   constexpr int N = n * n + 2 * n, KS = ceil_div(N, 16), U = 2 * KS;  // j: k16 steps, 16-byte units
   constexpr bool kTail8 = N - 16 * (KS - 1) <= 8;                     // the last k-step as k = 8
@@ -261,7 +255,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   const int kbase = blockIdx.x * kColTile, c4 = 32 * w + 4 * g, k4 = kbase + c4;
   const int64_t per = ceil_div(p.T, p.splits);
   const int64_t ta = int64_t(blockIdx.y) * per, tb = min(p.T, ta + per);
-  const bool vec = kRing || D % 4 == 0;  // then 4 consecutive columns lie in one stream, 8-byte aligned
+  const bool vec = kRing > 0 || D % 4 == 0;  // then 4 consecutive columns lie in one stream, 8-byte aligned
   const bool dump = p.dvecX != nullptr;
   const int64_t K64 = K, D64 = D;  // row lengths: t·K passes 2^31
   // the lane's columns: in range, and (when vec) their stream and column of dh_in, divided once
@@ -296,19 +290,17 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     nx.ir = tok ? p.inv_rms[c0 + threadIdx.x] : 0.0f;
     nx.dinv = tok ? p.dinv_rms[c0 + threadIdx.x] : 0.0f;
   };
-  // kRing: the split's x and dh_in come through a ring of ring_steps (2 or 3: what the launch
-  // gave beyond the tiles) 16-token steps in dynamic shared memory after the tiles,
-  // [steps][kWarps][x, dh_in][kRingTile] units. The warp's own lanes copy its tiles (cp.async.cg:
-  // L2 to shared memory, not through L1), one commit group a step, ring_steps steps ahead of
-  // the reads: lane l unit l % 4 (columns kc..kc+7 of x; of dh_in, columns cd..cd+7 of one
-  // stream, as D % 8 == 0) of rows l / 4 and l / 4 + 8, zeros at tokens >= tb and columns >= K
-  // (K % 8 == 0: a unit is all in or all out). Step i is read from slot i % ring_steps, then the
-  // slot is refilled with step i + ring_steps: cp.async.wait_group lands a lane's copies of step
+  // kRing > 0: the split's x and dh_in come through a ring of kRing 16-token steps in dynamic
+  // shared memory after the tiles, [kRing][kWarps][x, dh_in][kRingTile] units. The warp's own
+  // lanes copy its tiles (cp.async.cg: L2 to shared memory, not through L1), one commit group a
+  // step, kRing steps ahead of the reads: lane l unit l % 4 (columns kc..kc+7 of x; of dh_in,
+  // columns cd..cd+7 of one stream, as D % 8 == 0) of rows l / 4 and l / 4 + 8, zeros at tokens
+  // >= tb and columns >= K (K % 8 == 0: a unit is all in or all out). Step i is read from slot i % kRing, then the
+  // slot is refilled with step i + kRing: cp.async.wait_group lands a lane's copies of step
   // i, a __syncwarp every lane's before the reads; a second one orders the reads before the
-  // refill. No block barrier: a warp reads only what its lanes copied. Unused where !kRing.
+  // refill. No block barrier: a warp reads only what its lanes copied. Unused where kRing == 0.
   constexpr int kTiles = kPlanes * U * (kColTile + kChunk);
   static_assert(alignof(uint4) == 16, "dyn, and the ring after kTiles whole units, are 16-byte aligned for cp.async");
-  const int ring_steps = kRing ? int((dynamic_smem_bytes() - kTiles * sizeof(uint4)) / kRingStepBytes) : 0;
   uint4* const ring = dyn + kTiles + 2 * kRingTile * w;  // the warp's tiles of slot 0
   int slot = 0;                                          // units from ring to the slot read next
   const int kc = kbase + 32 * w + 8 * (lane % 4), cd = kc % D;
@@ -327,8 +319,8 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   // the lane's reads, 8 bytes (half g % 2) of unit g / 2 of row 4tig + r, at uint2 rd ^ 8r of a
   // tile: ring_slot(16tig + 4r + u) = ring_slot(16tig + u) ^ 4r for u < 4
   const int rd = 2 * ring_slot(16 * tig + g / 2) + g % 2;
-  if constexpr (kRing)  // the first steps, under phi's tile (x and dh_in are inputs, not token_grads')
-    for (int i = 0; i < ring_steps; ++i) copy_step(ring + i * kRingStep);
+  if constexpr (kRing > 0)  // the first steps, under phi's tile (x and dh_in are inputs, not token_grads')
+    for (int i = 0; i < kRing; ++i) copy_step(ring + i * kRingStep);
   // phi's column tile as planes, a column per thread, the loads of up to 4 units (32 rows) in
   // flight at once (all of them up to n = 4)
   {
@@ -413,7 +405,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
     const int left = col_in ? int(min(tb - t0, int64_t(kChunk))) : 0;
     uint2 xv[kChunk / 16][4], gv[kChunk / 16][4];
     __nv_bfloat16* dxr = p.dx + xoff;
-    if constexpr (!kRing) {
+    if constexpr (kRing == 0) {
       if (vec) {
         const __nv_bfloat16* xr = p.x + xoff;
         const __nv_bfloat16* gr = p.dh_in + (t0 * D64 + kd);
@@ -509,21 +501,18 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
       }
       // dvecX for token 4tig + r, column 4g + q: fragment (mt, nt) = (q / 2, r / 2), element r % 2 + 2 (q % 2)
       auto dv = [&](int r, int q) { return dvp[q / 2][r / 2][r % 2 + 2 * (q % 2)]; };
-      // kRing: the step's x and dh_in from its slot, zeros where the loads above give zeros; here,
+      // kRing > 0: the step's x and dh_in from its slot, zeros where the loads above give zeros; here,
       // after dvecX, not at the step's start, where they would be live through it (ptxas: 36
       // bytes of spills at n = 4, sm_90)
-      if constexpr (kRing) {
-        if (ring_steps == 3)
-          copy_wait<2>();  // this lane's copies of the step have landed (the 2 later steps' may not)
-        else
-          copy_wait<1>();
+      if constexpr (kRing > 0) {
+        copy_wait<kRing - 1>();  // this lane's copies of the step have landed (the later steps' may not)
         __syncwarp();  // so have all lanes'
         const uint2* rs = reinterpret_cast<const uint2*>(ring + slot);
 #pragma unroll
         for (int r = 0; r < 4; ++r) xv[s][r] = rs[rd ^ 8 * r], gv[s][r] = rs[2 * kRingTile + (rd ^ 8 * r)];
-        __syncwarp();  // all lanes have read the slot: refill it, ring_steps steps on
+        __syncwarp();  // all lanes have read the slot: refill it, kRing steps on
         copy_step(ring + slot);
-        slot = slot + kRingStep < ring_steps * kRingStep ? slot + kRingStep : 0;
+        slot = slot + kRingStep < kRing * kRingStep ? slot + kRingStep : 0;
       }
       // dvecX when it is dumped (a row index each: not the timed path), then dx
       if (vec) {
@@ -607,7 +596,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
 #pragma unroll
         for (int i = 0; i < 4; ++i) acc[mt][nj][i] += cc[mt][nj][i];
   }
-  if constexpr (kRing) copy_wait<0>();  // the copies past the split (zeros) land before the block ends
+  if constexpr (kRing > 0) copy_wait<0>();  // the copies past the split (zeros) land before the block ends
   // C fragment element i: row g (i < 2) or g + 8 of m-tile mt, i.e. column 4g + 2mt + i / 2;
   // n-index 2tig + i % 2 of j-tile nj. One split: P[j][column] in shared memory (phi's tile
   // is free after the barrier; N·kColTile floats fit in its kPlanes·U·kColTile units).
@@ -674,7 +663,7 @@ __global__ void __launch_bounds__(kThreads) param_final(BwdParams p, int ktiles)
   column_params<N>(p, K, k, [&](int j) { return s[j]; });
 }
 
-// The steps of dx_param<n, true>'s ring beside `tiles` bytes of dynamic shared memory: 3, else
+// The steps of dx_param's ring beside `tiles` bytes of dynamic shared memory: 3, else
 // 2, where two blocks an SM still fit with it (H100: 3 up to n = 4; A100: 3 up to n = 3, none
 // at n = 4), else 0: no ring (asked once per process and n, of the current device).
 template <int n> int dx_ring_steps(size_t tiles) {
@@ -685,7 +674,7 @@ template <int n> int dx_ring_steps(size_t tiles) {
     CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
     cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, dx_param<n, true>));
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, dx_param<n, 3>));  // the same static shared memory for 2
     for (int r = 3; r >= 2; --r) {
       const size_t block = fa.sharedSizeBytes + tiles + size_t(r) * kRingStepBytes;
       if (block <= size_t(per_block) && 2 * (block + size_t(reserved)) <= size_t(per_sm)) return r;
@@ -702,10 +691,10 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   constexpr int U = 2 * ceil_div(N, 16);
   size_t smem = size_t(kPlanes) * U * (kColTile + kChunk) * sizeof(uint4);  // 54 KB at n = 4, 135 KB at n = 8
   // x and dh_in through the ring where it fits (n <= 4, 16-byte rows of 8 columns: D % 8 == 0)
-  void (*dx_kernel)(BwdParams) = dx_param<n, false>;
+  void (*dx_kernel)(BwdParams) = dx_param<n, 0>;
   if constexpr (n <= 4)
     if (p.D % 8 == 0)
-      if (const int r = dx_ring_steps<n>(smem)) dx_kernel = dx_param<n, true>, smem += size_t(r) * kRingStepBytes;
+      if (const int r = dx_ring_steps<n>(smem)) dx_kernel = r == 3 ? dx_param<n, 3> : dx_param<n, 2>, smem += size_t(r) * kRingStepBytes;
   CUDA_CHECK(cudaFuncSetAttribute(dx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());

@@ -205,16 +205,61 @@ __device__ __forceinline__ void load_chunk(const FwdParams& p, int K, bool vec, 
     for (int r = 0; r < 2; ++r) load_row(p.x, p.T, K, vec, tw + 16 * m + 8 * r + g, k, xr[m][r]);
 }
 
+// mix_partial's x where K % 8 == 0 (kVec). A lane's rows, g + 8i (i = 2m + r: row g or g + 8 of
+// m tile m) from the warp's first token t0, are the warp's for the whole kernel and only the
+// chunk moves, so they are set up once (x_rows): row i of chunk c is at p + c·kChunk + i·step. A
+// run of 8 columns from a multiple of 8 is then all in or all out, and every chunk but the last of
+// K (where K % 64 != 0) is whole, so outside the tile holding token T - 1 load_vec tests once a
+// chunk (c < whole).
+struct XRows {
+  const __nv_bfloat16* p;  // row g, column 16 tig (formed, never read, where that row is T or beyond)
+  int64_t step;            // 8 rows: 8K (t·K needs 64 bits: K up to 2^31 - 4096, T up to 2^31 - 1)
+  int whole;               // chunks c < whole are in range in every row and column: K / kChunk where
+                           // all 16 kMT rows are below T, else 0
+  int live, col;           // rows below T (row i where 8i + g < live: 1..16 kMT); col = 16 tig
+};
+template <int kMT> __device__ __forceinline__ XRows x_rows(const FwdParams& p, int K, int64_t t0, int g, int tig) {
+  const int live = int(min(p.T - t0, int64_t(16 * kMT)));  // t0 < T
+  return {p.x + (t0 + g) * K + 16 * tig, 8 * int64_t(K), live == 16 * kMT ? K / kChunk : 0, live, 16 * tig};
+}
+
+// load_chunk's x of chunk c from xs: below xs.whole two unpredicated 16-byte loads a row; else
+// the same loads where the row is below T and the half's 8 columns below K, zeros elsewhere.
+// g comes from threadIdx again rather than as an argument: with the argument ptxas 13.0 spilled
+// 144 bytes at n = 6 (sm_90), against 112 this way and 132 with load_chunk.
+template <int kMT>
+__device__ __forceinline__ void load_vec(const XRows& xs, int K, int c, uint4 (&xr)[kMT][2][2]) {
+  if (c < xs.whole) {
+#pragma unroll
+    for (int i = 0; i < 2 * kMT; ++i) {
+      const uint4* v = reinterpret_cast<const uint4*>(xs.p + c * kChunk + i * xs.step);
+      xr[i / 2][i % 2][0] = __ldcs(v), xr[i / 2][i % 2][1] = __ldcs(v + 1);
+    }
+  } else {
+    const int g = threadIdx.x % 32 / 4, left = K - c * kChunk - xs.col;  // left: the lane's columns still in K
+#pragma unroll
+    for (int i = 0; i < 2 * kMT; ++i)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        xr[i / 2][i % 2][h] = 8 * i + g < xs.live && 8 * h < left
+                                  ? __ldcs(reinterpret_cast<const uint4*>(xs.p + c * kChunk + i * xs.step + 8 * h))
+                                  : make_uint4(0, 0, 0, 0);
+  }
+}
+
 // Block b: token tile b % tiles, group b / tiles (blockDim.x / 32 warps, Plan::warps). Warp w
 // owns kMT m16 tiles of tokens; lane (g = lane / 4, tig = lane % 4) holds rows g and g + 8 of
-// each; up to n = 6 the next chunk's x is loaded while this one is computed. No register cap: at n = 4
-// two m16 tiles, prefetching, one block per SM was faster than one tile or a 128-register
-// cap for two blocks (device run s4-4), and than 12 warps under a 168-register cap except
-// where those fit the waves better (s5-3); staging x through a per-lane cp.async ring in
-// shared memory was slower still (s4-2: it takes the L1 that the planes are read through).
+// each; up to n = 6 the next chunk's x is loaded while this one is computed. kVec (K % 8 == 0):
+// x by load_vec, from rows set up once, one test a chunk (load_chunk's tests and 64-bit row
+// products were 118 of the 463 instructions a chunk took at n = 4, sm_90, ptxas 13.0); else by
+// load_chunk, as in mix_group. No register cap: at n = 4 two m16 tiles, prefetching, one block
+// per SM was faster than one tile or a 128-register cap for two blocks (device run s4-4), and
+// than 12 warps under a 168-register cap except where those fit the waves better (s5-3);
+// staging x through a per-lane cp.async ring in shared memory was slower still (s4-2: it takes
+// the L1 that the planes are read through).
 // part [groups,T,N]: h_mix over each group; part_ss [groups,T,kSsParts]: sums of squares of x
 // over each group, one per lane of the token's quad.
-template <int n>
+template <int n, bool kVec>
 __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __nv_bfloat16* __restrict__ planes,
                                                            int64_t Kp, float* part, float* part_ss) {
   constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N);
@@ -225,8 +270,16 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
   if (tw >= p.T) return;  // no barriers in this kernel
   const int grp = int(blockIdx.x / tiles);
   const int c_beg = grp * kFlush, c_end = min(int(ceil_div(K, kChunk)), c_beg + kFlush);
-  const bool vec = K % 8 == 0;
   const int64_t plane = plane_rows(N) * Kp;
+  const XRows xs = x_rows<kMT>(p, K, tw, g, tig);
+  // x of chunk c into xr. !kVec: load_chunk's vec left a run-time test (false here): made a
+  // constant, ptxas 13.0 spilled 160 bytes at n = 6 (sm_90) against 132
+  auto load = [&](int c, uint4 (&xr)[kMT][2][2]) {
+    if constexpr (kVec)
+      load_vec<kMT>(xs, K, c, xr);
+    else
+      load_chunk<kMT>(p, K, K % 8 == 0, tw, g, c * kChunk + 16 * tig, xr);
+  };
 
   float acc[kMT][NT][4], ss[kMT][2];
 #pragma unroll
@@ -240,17 +293,17 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
   // x of the next chunk is loaded while this one is computed (up to n = 6)
   uint4 next[kMT][2][2];  // [m tile][row g, g + 8][16-byte half]
   constexpr bool kPrefetch = N <= 48;  // beyond, the registers spill
-  load_chunk<kMT>(p, K, vec, tw, g, c_beg * kChunk + 16 * tig, next);
+  load(c_beg, next);
   wait_prior_grid();  // split_pg's planes
   for (int c = c_beg; c < c_end; ++c) {
     const int k = c * kChunk + 16 * tig;
-    if (!kPrefetch && c > c_beg) load_chunk<kMT>(p, K, vec, tw, g, k, next);
+    if (!kPrefetch && c > c_beg) load(c, next);
     uint4 xr[kMT][2][2];
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
 #pragma unroll
       for (int r = 0; r < 2; ++r) xr[m][r][0] = next[m][r][0], xr[m][r][1] = next[m][r][1];
-    if (kPrefetch && c + 1 < c_end) load_chunk<kMT>(p, K, vec, tw, g, k + kChunk, next);
+    if (kPrefetch && c + 1 < c_end) load(c + 1, next);
 #pragma unroll
     for (int m = 0; m < kMT; ++m)
 #pragma unroll
@@ -481,8 +534,9 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
     const dim3 grid(unsigned(ceil_div(p.T, 16 * tok_tiles(N)) * pl.groups), unsigned(pl.jtiles));
     launch_after(!pl.split, mix_group<n>, grid, kThreads, smem, s, p, planes, Kp, pl.split, part, part_ss);
   } else {
-    launch_after(true, mix_partial<n>, unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.groups), 32 * pl.warps, 0, s,
-                 p, planes, Kp, part, part_ss);
+    launch_after(true, K % 8 == 0 ? mix_partial<n, true> : mix_partial<n, false>,
+                 unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.groups), 32 * pl.warps, 0, s, p, planes, Kp, part,
+                 part_ss);
   }
   const int64_t fin_tiles = ceil_div(p.T, kFinTok);
   const int64_t ranges = std::min(ceil_div(kFillBlocks, fin_tiles), ceil_div(p.D, 512));  // h_in column ranges a token tile
