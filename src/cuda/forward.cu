@@ -412,8 +412,12 @@ __global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv
 
 // Block (b, y): tokens b·kFinTok.. and the y-th of gridDim.y ranges of h_in's columns (several
 // where the tokens are too few to fill the GPU). Every block of a token sums the same partials
-// in the same order; the y = 0 block writes the token's gates.
-template <int n>
+// in the same order; the y = 0 block writes the token's gates. kEarly (all blocks in one wave,
+// where T is small and the kernel is a chain of round trips): the thread's first x of h_in is
+// loaded before the wait for the partials (x is an input, not the previous kernel's), and the
+// partials 16 at a time, not 8. That takes 58 registers at n = 4 (sm_90) against 32, and so
+// half the occupancy where the kernel streams x at large T.
+template <int n, bool kEarly>
 __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, const float* part, const float* part_ss) {
   constexpr int N = n * n + 2 * n;
   __shared__ float hm[kFinTok][N];
@@ -423,18 +427,45 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
   const int K = n * p.D, tid = threadIdx.x;
   const int64_t t0 = int64_t(blockIdx.x) * kFinTok;
   const bool writes_gates = blockIdx.y == 0;
+  // where D % 8 == 0, h_in's pairs (token, 8 columns) of the block: tokens t0.., columns
+  // 8 (d_beg..d_beg + cols - 1)
+  auto col_range = [&](int& d_beg, int& cols) {
+    const int D8 = p.D / 8, per = int(ceil_div(D8, gridDim.y));
+    d_beg = int(blockIdx.y) * per, cols = max(0, min(D8, d_beg + per) - d_beg);
+  };
+  uint4 first[n];  // kEarly: x of the thread's first pair
+  if constexpr (kEarly) {
+    int d_beg, cols;
+    col_range(d_beg, cols);
+    if (p.D % 8 == 0 && tid < kFinTok * cols && t0 + tid / cols < p.T)
+#pragma unroll
+      for (int i = 0; i < n; ++i)
+        first[i] = *reinterpret_cast<const uint4*>(p.x + (t0 + tid / cols) * K + i * p.D + (d_beg + tid % cols) * 8);
+  }
   wait_prior_grid();  // the partials
 
   // each (token, output): the groups' partials, in order
   for (int e = tid; e < kFinTok * (N + kSsParts); e += kThreads) {
     const int tb = e / (N + kSsParts), c = e % (N + kSsParts);
-    float& acc = c < N ? hm[tb][c] : ssq[tb][c - N];
-    acc = 0.0f;
-    if (t0 + tb >= p.T) continue;
-    const float* src = c < N ? part + (t0 + tb) * N + c : part_ss + (t0 + tb) * kSsParts + (c - N);
-    const int64_t stride = p.T * (c < N ? N : kSsParts);
+    float acc = 0.0f;
+    if (t0 + tb < p.T) {
+      const float* src = c < N ? part + (t0 + tb) * N + c : part_ss + (t0 + tb) * kSsParts + (c - N);
+      const int64_t stride = p.T * (c < N ? N : kSsParts);
+      if constexpr (kEarly) {  // 16 loads at once, the last batch too (an unrolled loop's remainder runs one by one)
+        for (int s0 = 0; s0 < groups; s0 += 16) {
+          float v[16];
+#pragma unroll
+          for (int u = 0; u < 16; ++u) v[u] = s0 + u < groups ? src[(s0 + u) * stride] : 0.0f;
+#pragma unroll
+          for (int u = 0; u < 16; ++u)
+            if (s0 + u < groups) acc += v[u];
+        }
+      } else {
 #pragma unroll 8
-    for (int s = 0; s < groups; ++s) acc += src[s * stride];
+        for (int s = 0; s < groups; ++s) acc += src[s * stride];
+      }
+    }
+    (c < N ? hm[tb][c] : ssq[tb][c - N]) = acc;
   }
   __syncthreads();
   if (tid < kFinTok && t0 + tid < p.T) {
@@ -468,8 +499,8 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
   // h_in: (token, d) pairs of the block's column range spread over the block; 8 columns a thread
   // in 16-byte accesses when D allows
   if (p.D % 8 == 0) {
-    const int D8 = p.D / 8, per = int(ceil_div(D8, gridDim.y)), d_beg = int(blockIdx.y) * per,
-              cols = min(D8, d_beg + per) - d_beg;
+    int d_beg, cols;
+    col_range(d_beg, cols);
     for (int e = tid; e < kFinTok * cols; e += kThreads) {
       const int tb = e / cols, d = (d_beg + e % cols) * 8;
       const int64_t t = t0 + tb;
@@ -479,7 +510,7 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
       for (int q = 0; q < 8; ++q) a[q] = 0.0f;
 #pragma unroll
       for (int i = 0; i < n; ++i) {
-        uint4 raw = *reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d);
+        const uint4 raw = kEarly && e == tid ? first[i] : *reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d);
         const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
 #pragma unroll
         for (int q = 0; q < 8; ++q) a[q] = fmaf(hp[tb][i], __bfloat162float(h[q]), a[q]);
@@ -540,7 +571,9 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   }
   const int64_t fin_tiles = ceil_div(p.T, kFinTok);
   const int64_t ranges = std::min(ceil_div(kFillBlocks, fin_tiles), ceil_div(p.D, 512));  // h_in column ranges a token tile
-  launch_after(true, mix_finish<n>, dim3(unsigned(fin_tiles), unsigned(ranges)), kThreads, 0, s, p, pl.groups, part, part_ss);
+  const bool early = fin_tiles * ranges <= 2 * kFillBlocks;  // one wave of 4 blocks an SM of an H100
+  launch_after(true, early ? mix_finish<n, true> : mix_finish<n, false>, dim3(unsigned(fin_tiles), unsigned(ranges)), kThreads,
+               0, s, p, pl.groups, part, part_ss);
 }
 
 }  // namespace
