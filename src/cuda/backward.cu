@@ -75,7 +75,10 @@ template <int n> __device__ void token_param(const BwdParams& p, int c) {
   if (threadIdx.x == 0) (c < 3 ? p.dalpha : p.dbias)[col] = v[0];
 }
 
-template <int n>
+// Where D % 8 == 0 each thread reads 8 columns a step, kB steps' loads at once (kB > 1 where T
+// is small and the kernel is a chain of round trips; at large T more registers would cost
+// occupancy), then their products in column order: the same sums for any kB.
+template <int n, int kB>
 __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
   constexpr int N = n * n + 2 * n;
   __shared__ float red[kWarps][n];
@@ -88,19 +91,28 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
 #pragma unroll
   for (int i = 0; i < n; ++i) part[i] = 0.0f;
   if (p.D % 8 == 0) {  // 8 columns a load
-    for (int d = 8 * threadIdx.x; d < p.D; d += 8 * kThreads) {
-      const uint4 gv = *reinterpret_cast<const uint4*>(p.dh_in + t * p.D + d);
-      uint4 xv[n];
+    for (int d0 = 8 * threadIdx.x; d0 < p.D; d0 += 8 * kThreads * kB) {
+      uint4 gv[kB], xv[kB][n];
 #pragma unroll
-      for (int i = 0; i < n; ++i) xv[i] = *reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d);
-      const uint32_t gw[4] = {gv.x, gv.y, gv.z, gv.w};
+      for (int b = 0; b < kB; ++b) {
+        const int d = d0 + 8 * kThreads * b;
+        if (d >= p.D) break;
+        gv[b] = *reinterpret_cast<const uint4*>(p.dh_in + t * p.D + d);
 #pragma unroll
-      for (int i = 0; i < n; ++i) {
-        const uint32_t xw[4] = {xv[i].x, xv[i].y, xv[i].z, xv[i].w};
+        for (int i = 0; i < n; ++i) xv[b][i] = *reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d);
+      }
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          part[i] = fmaf(lo_bf16(gw[q]), lo_bf16(xw[q]), part[i]);
-          part[i] = fmaf(hi_bf16(gw[q]), hi_bf16(xw[q]), part[i]);
+      for (int b = 0; b < kB; ++b) {
+        if (d0 + 8 * kThreads * b >= p.D) break;
+        const uint32_t gw[4] = {gv[b].x, gv[b].y, gv[b].z, gv[b].w};
+#pragma unroll
+        for (int i = 0; i < n; ++i) {
+          const uint32_t xw[4] = {xv[b][i].x, xv[b][i].y, xv[b][i].z, xv[b][i].w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            part[i] = fmaf(lo_bf16(gw[q]), lo_bf16(xw[q]), part[i]);
+            part[i] = fmaf(hi_bf16(gw[q]), hi_bf16(xw[q]), part[i]);
+          }
         }
       }
     }
@@ -696,7 +708,10 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
     if (p.D % 8 == 0)
       if (const int r = dx_ring_steps<n>(smem)) dx_kernel = r == 3 ? dx_param<n, 3> : dx_param<n, 2>, smem += size_t(r) * kRingStepBytes;
   CUDA_CHECK(cudaFuncSetAttribute(dx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  token_grads<n><<<unsigned(p.T), kThreads, 0, s>>>(p);
+  // a block per token; where the blocks fit one wave (two an SM of an H100 at token_grads<n,
+  // kWide>'s 73-103 registers, sm_90), several steps' loads at once
+  constexpr int kWide = n <= 4 ? 4 : 2;
+  (p.T <= 2 * 132 ? token_grads<n, kWide> : token_grads<n, 1>)<<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   // token_grads is an ordinary launch, the later kernels programmatic dependents of the one
   // before (dependent_launch.cuh)
