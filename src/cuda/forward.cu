@@ -352,9 +352,10 @@ template <int n> constexpr int group_smem_bytes() {
 // y, y + gridDim.y, ... (the sums of squares in y = 0); warp w computes chunks w, w + kWarps, ...
 // of the group, each from zero as mix_partial does, into shared memory, and then each (token,
 // output) adds them in chunk order: the same chain, the same bits. split: the B fragments come
-// from phi*gamma (split_planes), not from split_pg's planes.
+// from phi*gamma (split_planes), not from split_pg's planes. At most 128 registers, so that two
+// blocks fit an SM (n = 5 took 139 without the cap: 600,5,2048 39.3 -> 31.1 µs with it, s12-8).
 template <int n>
-__global__ void __launch_bounds__(kThreads, 1) mix_group(FwdParams p, const __nv_bfloat16* __restrict__ planes,
+__global__ void __launch_bounds__(kThreads, 2) mix_group(FwdParams p, const __nv_bfloat16* __restrict__ planes,
                                                          int64_t Kp, bool split, float* part, float* part_ss) {
   constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N), kTok = 16 * kMT, kOut = N + kSsParts;
   extern __shared__ float stash[];  // [kFlush][kTok][kOut]
