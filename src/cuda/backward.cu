@@ -22,6 +22,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
 constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: two 16-token steps
+constexpr int kWideTokens = 264;       // token_grads' blocks in one wave at two an SM of an H100 (132 SMs;
+                                       // token_grads<n, kWide> takes 73-103 registers, sm_90)
 constexpr int kSplitTok = 128;         // tokens per split at least (32 was slower at T = 128..1024: s7-3)
 constexpr int64_t kMaxSplits = 128;    // param_final adds the splits in order: 507 took ~200 µs (65000,4,16, s8-3)
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole 16-token steps; one thread per token loads coef");
@@ -225,9 +227,9 @@ template <int m> __device__ __forceinline__ void copy_wait() { asm volatile("cp.
 // fp32 accumulate) with fp32 operands as bf16 planes hi + mid + lo. Shared memory holds phi's
 // column tile as planes for the whole split, and per chunk dh_mix as planes (staged from
 // registers loaded during the previous chunk), coef and h_pre; with kRing > 0 (n <= 4,
-// D % 8 == 0, where two blocks an SM still fit) also a ring of x and dh_in, kRing 16-token steps
-// ahead of the math (below). Warp w takes columns 32w..32w+31 of the tile; lane (g, tig) holds x and
-// dh_in of columns 4g..4g+3 and, in each 16-token step, tokens 4tig..4tig+3:
+// D % 8 == 0, where two blocks an SM still fit) also a ring of x and dh_in, kRing 16-token
+// steps ahead of the math (below). Warp w takes columns 32w..32w+31 of the tile; lane (g, tig)
+// holds x and dh_in of columns 4g..4g+3 and, in each 16-token step, tokens 4tig..4tig+3:
 //   dvecX = dh_mix·phi, as dvecXᵀ = phiᵀ·dh_mixᵀ (columns as m, tokens as n, j as k): m-tile
 //           mt's rows g, g + 8 are columns 4g + 2mt, +1 and n-tile nt's columns 2tig, +1 are
 //           tokens 4tig + 2nt, +1, so that the accumulators land on the lane's own x. The
@@ -307,10 +309,10 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   // lanes copy its tiles (cp.async.cg: L2 to shared memory, not through L1), one commit group a
   // step, kRing steps ahead of the reads: lane l unit l % 4 (columns kc..kc+7 of x; of dh_in,
   // columns cd..cd+7 of one stream, as D % 8 == 0) of rows l / 4 and l / 4 + 8, zeros at tokens
-  // >= tb and columns >= K (K % 8 == 0: a unit is all in or all out). Step i is read from slot i % kRing, then the
-  // slot is refilled with step i + kRing: cp.async.wait_group lands a lane's copies of step
-  // i, a __syncwarp every lane's before the reads; a second one orders the reads before the
-  // refill. No block barrier: a warp reads only what its lanes copied. Unused where kRing == 0.
+  // >= tb and columns >= K (K % 8 == 0: a unit is all in or all out). Step i is read from slot
+  // i % kRing, then the slot is refilled with step i + kRing: cp.async.wait_group lands a
+  // lane's copies of step i, a __syncwarp every lane's before the reads; a second one orders the
+  // reads before the refill. No block barrier: a warp reads only what its lanes copied. Unused where kRing == 0.
   constexpr int kTiles = kPlanes * U * (kColTile + kChunk);
   static_assert(alignof(uint4) == 16, "dyn, and the ring after kTiles whole units, are 16-byte aligned for cp.async");
   uint4* const ring = dyn + kTiles + 2 * kRingTile * w;  // the warp's tiles of slot 0
@@ -706,12 +708,12 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   void (*dx_kernel)(BwdParams) = dx_param<n, 0>;
   if constexpr (n <= 4)
     if (p.D % 8 == 0)
-      if (const int r = dx_ring_steps<n>(smem)) dx_kernel = r == 3 ? dx_param<n, 3> : dx_param<n, 2>, smem += size_t(r) * kRingStepBytes;
+      if (const int r = dx_ring_steps<n>(smem))
+        dx_kernel = r == 3 ? dx_param<n, 3> : dx_param<n, 2>, smem += size_t(r) * kRingStepBytes;
   CUDA_CHECK(cudaFuncSetAttribute(dx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  // a block per token; where the blocks fit one wave (two an SM of an H100 at token_grads<n,
-  // kWide>'s 73-103 registers, sm_90), several steps' loads at once
+  // a block per token; where the blocks fit one wave, several steps' loads at once
   constexpr int kWide = n <= 4 ? 4 : 2;
-  (p.T <= 2 * 132 ? token_grads<n, kWide> : token_grads<n, 1>)<<<unsigned(p.T), kThreads, 0, s>>>(p);
+  (p.T <= kWideTokens ? token_grads<n, kWide> : token_grads<n, 1>)<<<unsigned(p.T), kThreads, 0, s>>>(p);
   CUDA_CHECK(cudaGetLastError());
   // token_grads is an ordinary launch, the later kernels programmatic dependents of the one
   // before (dependent_launch.cuh)
