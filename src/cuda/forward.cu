@@ -434,14 +434,17 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
     const int D8 = p.D / 8, per = int(ceil_div(D8, gridDim.y));
     d_beg = int(blockIdx.y) * per, cols = max(0, min(D8, d_beg + per) - d_beg);
   };
+  // stream i of x at pair e of those (token t0 + e / cols, columns 8 (d_beg + e % cols)..+7)
+  auto x_at = [&](int e, int d_beg, int cols, int i) {
+    return *reinterpret_cast<const uint4*>(p.x + (t0 + e / cols) * K + i * p.D + (d_beg + e % cols) * 8);
+  };
   uint4 first[n];  // kEarly: x of the thread's first pair
   if constexpr (kEarly) {
     int d_beg, cols;
     col_range(d_beg, cols);
     if (p.D % 8 == 0 && tid < kFinTok * cols && t0 + tid / cols < p.T)
 #pragma unroll
-      for (int i = 0; i < n; ++i)
-        first[i] = *reinterpret_cast<const uint4*>(p.x + (t0 + tid / cols) * K + i * p.D + (d_beg + tid % cols) * 8);
+      for (int i = 0; i < n; ++i) first[i] = x_at(tid, d_beg, cols, i);
   }
   wait_prior_grid();  // the partials
 
@@ -511,7 +514,7 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
       for (int q = 0; q < 8; ++q) a[q] = 0.0f;
 #pragma unroll
       for (int i = 0; i < n; ++i) {
-        const uint4 raw = kEarly && e == tid ? first[i] : *reinterpret_cast<const uint4*>(p.x + t * K + i * p.D + d);
+        const uint4 raw = kEarly && e == tid ? first[i] : x_at(e, d_beg, cols, i);
         const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
 #pragma unroll
         for (int q = 0; q < 8; ++q) a[q] = fmaf(hp[tb][i], __bfloat162float(h[q]), a[q]);
