@@ -21,10 +21,10 @@ check() {  # TOOL SHAPE [extra sanitizer options]
     "$mhc" run -q --force --backend cuda --dump-intermediates "$dir/in.h5" "$dir/out.h5"
   echo "$tool clean: $shape"
 }
-for shape in 5,4,7 3,8,64 17,1,1 2,3,6,16 3,2,40 2,3,24 4,5,8 2,7,16 300,4,520 16384,4,520 45,2,1032 4096,8,1024 65521,7,9 65521,4,1028 3,4,1031; do
+for shape in 5,4,7 3,8,64 17,1,1 2,3,6,16 3,2,40 2,3,24 4,5,8 2,7,16 300,4,520 16384,4,520 45,2,1032 4096,8,1024 65521,7,9 65521,4,1028 600,6,520 3,4,1031; do
   check memcheck $shape --leak-check full
 done
-for shape in 5,4,7 3,8,64 300,4,520 45,2,1032 40,6,24; do
+for shape in 5,4,7 3,8,64 300,4,520 45,2,1032 40,6,24 600,6,520; do
   check racecheck $shape --racecheck-report all
   check synccheck $shape
   check initcheck $shape

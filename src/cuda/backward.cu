@@ -637,8 +637,56 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   }
 }
 
+// param_final's columns where n = 5..7: a thread a column holds too few registers for a split's
+// N loads beside the N sums (param_final<6> took 64 registers, and 181 µs at 4096,6,4096 with its
+// loads one round trip at a time: s12-9; 29 µs here, s13-1). Not at n = 8, where a thread a
+// column took 44 µs at 4096,8,4096 and this 79 (s12-9, s13-2). Here a block takes kParamCols columns and
+// each column kParamGroups threads, thread (group, column) the J outputs j0..j0+J-1: each sum
+// over the splits in split order as before, two splits' loads issued at once and no load behind
+// a branch (indices clamped into range, sums updated by select). dphi as column_params; dgamma,
+// its chain over all j in order, by the column's first thread from shared memory.
+constexpr int kParamCols = 64, kParamGroups = kThreads / kParamCols;
+template <int N> constexpr bool kByColumns = N > 24 && N < 80;
+template <int N> __device__ void param_columns(const BwdParams& p, int K) {
+  constexpr int J = ceil_div(N, kParamGroups);
+  __shared__ float ps[N][kParamCols], phis[N][kParamCols];
+  const int c = threadIdx.x % kParamCols, j0 = int(threadIdx.x / kParamCols) * J;
+  const int k = blockIdx.x * kParamCols + c, kk = min(k, K - 1);  // kk: a column to load from
+  const float* __restrict__ partial = p.partial;
+  float s[J], ph[J];
+#pragma unroll
+  for (int i = 0; i < J; ++i) s[i] = 0.0f, ph[i] = p.phi[int64_t(min(j0 + i, N - 1)) * K + kk];
+  for (int q = 0; q < p.splits; q += 2) {
+    float v[2][J];
+#pragma unroll
+    for (int u = 0; u < 2; ++u)
+#pragma unroll
+      for (int i = 0; i < J; ++i) v[u][i] = partial[(int64_t(min(q + u, p.splits - 1)) * N + min(j0 + i, N - 1)) * K + kk];
+#pragma unroll
+    for (int i = 0; i < J; ++i) {
+      s[i] += v[0][i];
+      s[i] = q + 1 < p.splits ? s[i] + v[1][i] : s[i];
+    }
+  }
+  const float g = p.gamma[kk];
+#pragma unroll
+  for (int i = 0; i < J; ++i)
+    if (j0 + i < N) {
+      if (k < K) p.dphi[int64_t(j0 + i) * K + k] = s[i] * g;
+      ps[j0 + i][c] = s[i], phis[j0 + i][c] = ph[i];
+    }
+  __syncthreads();
+  if (threadIdx.x < kParamCols && k < K) {
+    float dg = 0.0f;
+#pragma unroll
+    for (int j = 0; j < N; ++j) dg = fmaf(phis[j][c], ps[j][c], dg);
+    p.dgamma[k] = dg;
+  }
+}
+
 // Blocks 0 .. ktiles-1, a column k per thread: P[j,k] summed over the splits in order, then dphi
-// and dgamma (the loads of kQ splits in flight at once). Then 3 + N
+// and dgamma (the loads of kQ splits in flight at once); at n = 5..7, kParamCols columns a
+// block (param_columns). Then 3 + N
 // blocks, one per column of a_tok and g_tok: dalpha and dbias, the per-token terms summed by a
 // fixed tree (each thread its tokens in order, then block_sums).
 template <int n>
@@ -652,6 +700,10 @@ __global__ void __launch_bounds__(kThreads) param_final(BwdParams p, int ktiles)
     return;
   }
   const int K = n * p.D;
+  if constexpr (kByColumns<N>) {
+    param_columns<N>(p, K);
+    return;
+  }
   const int k = blockIdx.x * kThreads + threadIdx.x;
   if (k >= K) return;
   const float* __restrict__ partial = p.partial;
@@ -725,7 +777,8 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
     return;
   }
   launch_after(true, dx_kernel, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
-  launch_after(true, param_final<n>, ktiles + 3 + N, kThreads, 0, s, p, int(ktiles));
+  const unsigned ptiles = kByColumns<N> ? unsigned(ceil_div(K, kParamCols)) : ktiles;  // param_final's column blocks
+  launch_after(true, param_final<n>, ptiles + 3 + N, kThreads, 0, s, p, int(ptiles));
 }
 
 }  // namespace
