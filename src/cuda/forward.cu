@@ -45,14 +45,17 @@ constexpr int kFillBlocks = 264;               // blocks that fill an H100 twice
 static_assert(kChunk == 4 * 16 && kChunk / kSsParts == 16, "a lane holds 16 columns of a chunk: two 16-byte loads");
 static_assert(kThreads % 32 == 0 && kFinTok <= kThreads, "whole warps");
 
-// m16 token tiles per warp: two share each plane fragment load; one where N > 48 (n >= 7),
-// whose accumulators alone take 4·N/8 registers per tile.
+// m16 token tiles per warp: two share each plane fragment load. mix_group takes one where N > 48
+// (n >= 7), whose results for 32 tokens would need 172 KiB of shared memory at n = 8;
+// mix_partial two at every n (at n = 7 and 8 one tile read the planes twice as often per
+// token: mix_partial<8> took 457 µs at 4096,8,4096, its warps stalled on L1, s12-9).
 __host__ __device__ constexpr int tok_tiles(int N) { return N > 48 ? 1 : 2; }
+constexpr int kPartialTiles = 2;
 
 // How the forward splits a shape. Both ways give every (token tile of a warp, group) one partial,
-// with the same bits. Where there are kGroupedBelow (warp tile, group) pairs or more (many tokens
-// or a long K): mix_partial, each warp one group in one chain, as many warps per block (1..kWarps,
-// sharing the planes through L1) as still give two blocks per SM of an H100. Fewer:
+// with the same bits. Where there are kGroupedBelow (mix_group warp tile, group) pairs or more
+// (many tokens or a long K): mix_partial, each warp one group in one chain, as many warps per
+// block (1..kWarps, sharing the planes through L1) as still give two blocks per SM of an H100. Fewer:
 // mix_group, a block per pair, eight times the warps; and with at most kSplitTiles warp tiles
 // the warps split phi*gamma themselves, and where those blocks would fill at most half of an
 // H100's SMs a block per n8 tile of j too (that work would otherwise sit on a few SMs: s7-2;
@@ -73,8 +76,9 @@ Plan plan(int64_t T, int N, int K, bool group_fits) {
     const bool split = wtiles <= kSplitTiles;
     return {true, split, kWarps, int(groups), split && wtiles * groups <= kFillBlocks / 4 ? int(NT) : 1};
   }
+  const int64_t ptiles = ceil_div(T, 16 * kPartialTiles);  // mix_partial's warp tiles
   int w = kWarps;
-  while (w > 1 && ceil_div(wtiles, w) * groups < kFillBlocks) w /= 2;
+  while (w > 1 && ceil_div(ptiles, w) * groups < kFillBlocks) w /= 2;
   return {false, false, w, int(groups), 1};
 }
 int64_t plane_cols(int K) { return ceil_div(K, kChunk) * kChunk; }
@@ -262,7 +266,7 @@ __device__ __forceinline__ void load_vec(const XRows& xs, int K, int c, uint4 (&
 template <int n, bool kVec>
 __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __nv_bfloat16* __restrict__ planes,
                                                            int64_t Kp, float* part, float* part_ss) {
-  constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = tok_tiles(N);
+  constexpr int N = n * n + 2 * n, NT = plane_rows(N) / 8, kMT = kPartialTiles;
   const int K = n * p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4;
   const int warps = blockDim.x / 32;
   const int64_t tiles = ceil_div(p.T, warps * 16 * kMT);
@@ -570,7 +574,7 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
     launch_after(!pl.split, mix_group<n>, grid, kThreads, smem, s, p, planes, Kp, pl.split, part, part_ss);
   } else {
     launch_after(true, K % 8 == 0 ? mix_partial<n, true> : mix_partial<n, false>,
-                 unsigned(ceil_div(p.T, pl.warps * 16 * tok_tiles(N)) * pl.groups), 32 * pl.warps, 0, s, p, planes, Kp, part,
+                 unsigned(ceil_div(p.T, pl.warps * 16 * kPartialTiles) * pl.groups), 32 * pl.warps, 0, s, p, planes, Kp, part,
                  part_ss);
   }
   const int64_t fin_tiles = ceil_div(p.T, kFinTok);
