@@ -166,9 +166,6 @@ __device__ __forceinline__ void split_planes(const float* __restrict__ pg, int N
   }
 }
 
-// A hint that the 128-byte line holding a is wanted in L1 soon (no register, no fault).
-__device__ __forceinline__ void prefetch_l1(const void* a) { asm volatile("prefetch.global.L1 [%0];" ::"l"(a)); }
-
 // One chunk's sum of squares of a lane's 16 columns of one row, one chain from zero.
 __device__ __forceinline__ float chunk_ss(const uint4 (&xr)[2]) {
   float s = 0.0f;
@@ -233,7 +230,7 @@ template <int kMT> __device__ __forceinline__ XRows x_rows(const FwdParams& p, i
 // load_chunk's x of chunk c from xs: below xs.whole two unpredicated 16-byte loads a row; else
 // the same loads where the row is below T and the half's 8 columns below K, zeros elsewhere.
 // g comes from threadIdx again rather than as an argument: with the argument ptxas 13.0 spilled
-// 144 bytes at n = 6 (sm_90, x then held a chunk ahead), against 112 this way and 132 with load_chunk.
+// 144 bytes at n = 6 (sm_90), against 112 this way and 132 with load_chunk.
 template <int kMT>
 __device__ __forceinline__ void load_vec(const XRows& xs, int K, int c, uint4 (&xr)[kMT][2][2]) {
   if (c < xs.whole) {
@@ -256,8 +253,7 @@ __device__ __forceinline__ void load_vec(const XRows& xs, int K, int c, uint4 (&
 
 // Block b: token tile b % tiles, group b / tiles (blockDim.x / 32 warps, Plan::warps). Warp w
 // owns kMT m16 tiles of tokens; lane (g = lane / 4, tig = lane % 4) holds rows g and g + 8 of
-// each; up to n = 4 the next chunk's x is loaded while this one is computed, beyond it is
-// prefetched into L1. kVec (K % 8 == 0):
+// each; up to n = 6 the next chunk's x is loaded while this one is computed. kVec (K % 8 == 0):
 // x by load_vec, from rows set up once, one test a chunk (load_chunk's tests and 64-bit row
 // products were 118 of the 463 instructions a chunk took at n = 4, sm_90, ptxas 13.0); else by
 // load_chunk, as in mix_group. No register cap: at n = 4 two m16 tiles, prefetching, one block
@@ -281,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
   const int64_t plane = plane_rows(N) * Kp;
   const XRows xs = x_rows<kMT>(p, K, tw, g, tig);
   // x of chunk c into xr. !kVec: load_chunk's vec left a run-time test (false here): made a
-  // constant, ptxas 13.0 spilled 160 bytes at n = 6 (sm_90, x then held a chunk ahead) against 132
+  // constant, ptxas 13.0 spilled 160 bytes at n = 6 (sm_90) against 132
   auto load = [&](int c, uint4 (&xr)[kMT][2][2]) {
     if constexpr (kVec)
       load_vec<kMT>(xs, K, c, xr);
@@ -298,20 +294,13 @@ __global__ void __launch_bounds__(kThreads, 1) mix_partial(FwdParams p, const __
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[m][nt][i] = 0.0f;
   }
-  // x of the next chunk is loaded into registers while this one is computed (up to n = 4);
-  // beyond (where those registers spill: 48 and 112 bytes at n = 5 and 6, sm_90), it is only
-  // prefetched into L1 meanwhile, lane l the first and last column of the warp's row l
+  // x of the next chunk is loaded while this one is computed (up to n = 6)
   uint4 next[kMT][2][2];  // [m tile][row g, g + 8][16-byte half]
-  constexpr bool kPrefetch = N <= 24;
-  const __nv_bfloat16* const pf_row = p.x + (tw + lane) * K;  // formed, never read, where lane >= live
+  constexpr bool kPrefetch = N <= 48;  // beyond, the registers spill
   load(c_beg, next);
   wait_prior_grid();  // split_pg's planes
   for (int c = c_beg; c < c_end; ++c) {
     const int k = c * kChunk + 16 * tig;
-    if (!kPrefetch && c + 1 < c_end && lane < xs.live) {
-      prefetch_l1(pf_row + (c + 1) * kChunk);
-      prefetch_l1(pf_row + min(K - 1, (c + 2) * kChunk - 1));
-    }
     if (!kPrefetch && c > c_beg) load(c, next);
     uint4 xr[kMT][2][2];
 #pragma unroll
