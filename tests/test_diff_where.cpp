@@ -247,6 +247,37 @@ TEST_SUITE("diff") {
     CHECK(find(hr, "h_mix").status == Status::format);
     CHECK(hr.verdict == Verdict::invalid);
 
+    // A [T,..] dump of a [B,S,..] case, within one block of tokens (2 x 40) and across blocks
+    // (2 x 150): invalid, the message in the whole case's terms, from a file (read in chunks)
+    // and from a case held whole, on either side. (The first crashed: the chunk's own problem is
+    // [T] and took the flat tensor for a fitting one.)
+    const std::string dir = test::tmpdir("diff_flat_tokens");
+    for (const char* shape : {"2,40,4,64", "2,150,4,64"}) {
+      CAPTURE(shape);
+      Case bs = test::golden(parse_shape(shape), 37), flat_t = bs;
+      const int64_t T = bs.prob.T();
+      flat_t.t["inv_rms"].shape = {T};
+      flat_t.t["dx"].shape = {T, bs.prob.n, bs.prob.D};
+      for (auto [a, b] : {std::pair{&flat_t, &bs}, std::pair{&bs, &flat_t}}) {
+        DiffReport fr = test::diff(*a, *b);
+        CHECK(fr.verdict == Verdict::invalid);
+        CHECK(find(fr, "inv_rms").status == Status::format);
+        CHECK(find(fr, "dx").status == Status::format);
+        CHECK(find(fr, "h_mix").status == Status::ok);
+        CHECK(find(fr, "inv_rms").note.find(cat("= ", shape_str(bs.prob.tokens))) != std::string::npos);
+      }
+      save_case(dir + "/flat.h5", flat_t);
+      save_case(dir + "/bs.h5", bs);
+      const std::string flat_h5 = dir + "/flat.h5", bs_h5 = dir + "/bs.h5";
+      for (const std::string& args : {flat_h5 + " " + bs_h5, bs_h5 + " " + flat_h5, flat_h5 + " cpu"}) {
+        CAPTURE(args);
+        auto run = test::sh(test::mhc("diff " + args));
+        CHECK(run.rc == 2);
+        CHECK(run.out.find(cat("stores inv_rms as [", T, "], the same ", T, " elements as the schema's [..] = ",
+                               shape_str(bs.prob.tokens))) != std::string::npos);
+      }
+    }
+
     Case nothing = ref.inputs_only();
     CHECK(test::diff(nothing, ref).verdict == Verdict::invalid);
     Case fwd = ref;

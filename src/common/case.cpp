@@ -45,7 +45,7 @@ Case Case::token_slice(int64_t t0, int64_t t1) const {
   Case c;
   c.prob = prob;
   c.prob.tokens = {t1 - t0};
-  c.attrs = attrs, c.stored_as = stored_as, c.unknown = unknown;
+  c.attrs = attrs, c.stored_as = stored_as, c.unknown = unknown, c.misshapen = misshapen;
   for (auto& [name, tensor] : t) {
     const Stage& s = stage(name);
     if (s.dims.empty() || s.dims[0] != Dim::tok) {
@@ -53,8 +53,8 @@ Case Case::token_slice(int64_t t0, int64_t t1) const {
       continue;
     }
     const size_t lead = prob.tokens.size();
-    if (tensor.shape.size() < lead || !std::equal(prob.tokens.begin(), prob.tokens.end(), tensor.shape.begin())) {
-      c.t[name] = tensor;  // not in the schema's shape: left for the diff to report
+    if (std::string how = shape_mismatch(s, tensor.shape, prob); !how.empty()) {
+      c.misshapen.emplace(name, how);  // left out, for the diff to report
       continue;
     }
     int64_t per = tensor.size() / prob.T();  // elements per token

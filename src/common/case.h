@@ -14,6 +14,10 @@ struct Case {
   std::map<std::string, std::string> attrs;  // producer attributes (backend, precision, ...)
   std::map<std::string, std::string> stored_as;  // stage -> HDF5 type, when not bf16/float32/float64
   std::vector<std::string> unknown;              // datasets under /, /inputs, /forward, /backward not in the schema
+  // per-token stages stored in another shape than the schema's for the whole case -> how
+  // (shape_mismatch). A chunk holds no tensor of them: its own problem could not tell (a
+  // [T,..] dump of a [B,S,..] case)
+  std::map<std::string, std::string> misshapen;
 
   bool has(const std::string& name) const { return t.count(name) != 0; }
   const Tensor& get(const std::string& name) const;  // MHC_CHECKs presence

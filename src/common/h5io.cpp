@@ -417,7 +417,11 @@ void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, st
       if (s->group == Group::inputs) continue;
       FloatDataset d = open_float(f, file, path, !per_token(*s));
       if (!d.stored.empty()) c.stored_as[s->name] = d.stored;
-      if (per_token(*s)) tok.push_back({s, path, d, d.shape == stage_shape(*s, c.prob)});
+      if (per_token(*s)) {
+        std::string how = shape_mismatch(*s, d.shape, c.prob);
+        if (!how.empty()) c.misshapen[s->name] = how;
+        tok.push_back({s, path, d, how.empty()});
+      }
       else c.t[s->name] = read_all(d, file, path);
     } else if (group.empty() || group == "/inputs" || group == "/forward" || group == "/backward") {
       c.unknown.push_back(path);  // other groups are the user's own
@@ -483,18 +487,15 @@ Case CaseReader::read(int64_t t0, int64_t t1, bool whole) {
   Case c;
   c.prob = head_.prob;
   if (!whole) c.prob.tokens = {t1 - t0};
-  c.attrs = head_.attrs, c.stored_as = head_.stored_as, c.unknown = head_.unknown;
+  c.attrs = head_.attrs, c.stored_as = head_.stored_as, c.unknown = head_.unknown, c.misshapen = head_.misshapen;
   for (auto& [name, t] : head_.t)
     if (stage(name).group == Group::inputs) c.t[name] = t;
   const std::string range = T == t1 - t0 ? "" : cat("tokens ", t0, "..", t1 - 1, ": ");
   try {
     for (const TokenDataset& k : m.tok) {
       const std::string name = k.stage->name;
-      if (!k.fits) {  // shape-only, or whole when the whole case is read
-        Tensor t;
-        if (whole) t = read_all(k.data, m.path, k.path);
-        else t.shape = k.data.shape, t.dtype = k.data.dt;
-        c.t[name] = std::move(t);
+      if (!k.fits) {  // in c.misshapen; read only when the whole case is read
+        if (whole) c.t[name] = read_all(k.data, m.path, k.path);
         continue;
       }
       Tensor raw = read_tokens(k.data, head_.prob.tokens.size(), t0, t1, m.path, k.path);

@@ -104,6 +104,15 @@ std::string stage_shape_str(const Stage& s) {
   return r + "]";
 }
 
+std::string shape_mismatch(const Stage& s, const Shape& stored, const Problem& p) {
+  const Shape want = stage_shape(s, p);
+  if (stored == want) return "";
+  if (numel(stored) == numel(want))
+    return cat("as ", shape_str(stored), ", the same ", numel(stored), " elements as the schema's ", stage_shape_str(s),
+               " = ", shape_str(want), ": reshape it before writing");
+  return cat("as ", shape_str(stored), "; the schema says ", stage_shape_str(s), " = ", shape_str(want), " for ", p.str());
+}
+
 CaseBytes case_bytes(const Problem& p, bool f64, bool inputs_only) {
   CaseBytes b;
   for (auto& s : stage_table()) {

@@ -42,6 +42,10 @@ std::string suggest_stage(const std::string& path);
 
 Shape stage_shape(const Stage& s, const Problem& p);
 std::string stage_shape_str(const Stage& s);        // "[..,n,D]" symbolic
+// "" when `stored` is stage s's shape in problem p, else how it differs, to follow "stores
+// h_mix ": "as [256,24]; the schema says [..,N] = [2,128,24] for ..." (or, with as many
+// elements, "..: reshape it before writing").
+std::string shape_mismatch(const Stage& s, const Shape& stored, const Problem& p);
 // A case's size in memory, in two parts: the stages that do not grow with the tokens
 // (parameters, sums over tokens) and what one token adds. Each element counts at its fp32
 // dtype's size, or with `f64` at 8 bytes (the fp64 golden's computed stages; an upper bound

@@ -100,6 +100,9 @@ StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, s
     double num = 0, den = 0, worst = -1, max_rel = 0, err_max = 0;
     int64_t worst_i = 0, nan_a = 0, inf_a = 0, nan_b = 0, inf_b = 0;
   };
+  auto held = [](const Tensor& t) { return t.bytes.size() == size_t(t.size()) * dtype_size(t.dtype); };
+  MHC_CHECK(a.shape == b.shape && held(a) && held(b), name, ": measured as ", shape_str(a.shape), " against ",
+            shape_str(b.shape));
   const int64_t n = b.size(), chunk = kElementChunk, chunks = (n + chunk - 1) / chunk;
   std::vector<Part> parts(static_cast<size_t>(chunks));
   err.assign(size_t(n), 0);
@@ -155,18 +158,14 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
 
 // A dataset stored in a type that loses what the stage holds.
 std::string format_problem(const Stage& s, const Case& c, const char* side) {
+  if (auto m = c.misshapen.find(s.name); m != c.misshapen.end()) return cat(side, " stores ", s.name, " ", m->second);
   auto it = c.stored_as.find(s.name);
   if (it == c.stored_as.end()) {
     const Tensor& t = c.get(s.name);
     if (s.dtype == DType::f32 && t.dtype == DType::bf16)
       return cat(side, " stores ", s.name, " as bfloat16; it is a float32 stage: store float32 or float64");
-    Shape want = stage_shape(s, c.prob);
-    if (t.shape == want) return "";
-    if (t.size() == numel(want))
-      return cat(side, " stores ", s.name, " as ", shape_str(t.shape), ", the same ", t.size(),
-                 " elements as the schema's ", stage_shape_str(s), " = ", shape_str(want), ": reshape it before writing");
-    return cat(side, " stores ", s.name, " as ", shape_str(t.shape), "; the schema says ", stage_shape_str(s), " = ",
-               shape_str(want), " for ", c.prob.str());
+    std::string how = shape_mismatch(s, t.shape, c.prob);
+    return how.empty() ? "" : cat(side, " stores ", s.name, " ", how);
   }
   return cat(side, " stores ", s.name, " as ", it->second, ", which cannot hold ", dtype_name(s.dtype),
              " values exactly: store float32 or float64");
@@ -205,7 +204,8 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
   // A stage's value in A (when A has it in the schema's shape), else its replay: the stage
   // recomputed in fp64 from A's own upstream tensors.
   auto a_provides = [&](const std::string& name) {
-    return a.has(name) && (stage(name).group == Group::inputs || a.get(name).shape == stage_shape(stage(name), a.prob));
+    return a.has(name) && !a.misshapen.count(name) &&
+           (stage(name).group == Group::inputs || a.get(name).shape == stage_shape(stage(name), a.prob));
   };
   std::map<std::string, Tensor> replayed;
   std::function<const Tensor&(const std::string&)> value_in_a = [&](const std::string& name) -> const Tensor& {
@@ -252,7 +252,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
 
   for (const Stage& s : stage_table()) {
     if (s.group == Group::inputs) continue;
-    bool ha = a.has(s.name), hb = b.has(s.name);
+    bool ha = a.has(s.name) || a.misshapen.count(s.name), hb = b.has(s.name) || b.misshapen.count(s.name);
     StageReport r;
     r.name = s.name;
     if (!ha || !hb) {

@@ -15,7 +15,7 @@ namespace {
 // The head of a case: problem, parameters (inputs that are not per token), attributes.
 Case head_of(const Case& c) {
   Case h;
-  h.prob = c.prob, h.attrs = c.attrs, h.stored_as = c.stored_as, h.unknown = c.unknown;
+  h.prob = c.prob, h.attrs = c.attrs, h.stored_as = c.stored_as, h.unknown = c.unknown, h.misshapen = c.misshapen;
   for (auto& [name, t] : c.t)
     if (stage(name).group == Group::inputs && !per_token(stage(name))) h.t[name] = t;
   return h;
