@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <tuple>
 
 #include "h5io.h"
 #include "rounding.h"
@@ -277,6 +278,24 @@ TEST_SUITE("diff") {
                                shape_str(bs.prob.tokens))) != std::string::npos);
       }
     }
+
+    // a misspelled group is not the user's own: /forward renamed /foward, /backward /Backward
+    save_case(dir + "/ref.h5", ref);
+    for (auto [from, to, one] : {std::tuple{"forward", "foward", "h_mix"}, std::tuple{"backward", "Backward", "dphi"}}) {
+      CAPTURE(to);
+      const std::string moved = cat(dir, "/", to, ".h5");
+      auto mv = test::sh(cat("cp ", dir, "/ref.h5 ", moved, " && ", MHC_PYTHON, " -c \"import h5py; f = h5py.File('", moved,
+                             "', 'r+'); f.move('", from, "', '", to, "')\""));
+      REQUIRE(mv.rc == 0);
+      auto run = test::sh(test::mhc("diff " + moved + " cpu"));
+      CHECK(run.rc == 2);
+      CHECK(run.out.find(cat("A: dataset /", to, "/", one, " is not in the schema")) != std::string::npos);
+      CHECK(run.out.find(cat("did you mean /", from, "/", one, "?")) != std::string::npos);
+    }
+    auto own = test::sh(cat("cp ", dir, "/ref.h5 ", dir, "/extra.h5 && ", MHC_PYTHON, " -c \"import h5py; f = h5py.File('",
+                            dir, "/extra.h5', 'r+'); f['extra/h_mix'] = f['forward/h_mix'][...]\""));
+    REQUIRE(own.rc == 0);
+    CHECK(test::sh(test::mhc("diff " + dir + "/extra.h5 cpu")).rc == 0);  // /extra is the user's own
 
     Case nothing = ref.inputs_only();
     CHECK(test::diff(nothing, ref).verdict == Verdict::invalid);

@@ -423,7 +423,8 @@ void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, st
         tok.push_back({s, path, d, how.empty()});
       }
       else c.t[s->name] = read_all(d, file, path);
-    } else if (group.empty() || group == "/inputs" || group == "/forward" || group == "/backward") {
+    } else if (group.empty() || group == "/inputs" || group == "/forward" || group == "/backward" ||
+               misspelled_group(group)) {
       c.unknown.push_back(path);  // other groups are the user's own
     }
   }

@@ -84,6 +84,14 @@ std::string suggest_stage(const std::string& path) {
   return best ? cat("did you mean ", dataset_path(*best), "?") : "";
 }
 
+bool misspelled_group(const std::string& group) {
+  if (group.size() < 2 || group[0] != '/' || group.find('/', 1) != std::string::npos) return false;
+  const std::string name = group.substr(1);
+  for (const char* g : {"inputs", "forward", "backward"})
+    if (name != g && edit_distance(name, g) <= 2) return true;
+  return false;
+}
+
 Shape stage_shape(const Stage& s, const Problem& p) {
   Shape r;
   for (Dim dim : s.dims) switch (dim) {
