@@ -116,6 +116,40 @@ TEST_SUITE("diff") {
     for (auto& s : self.stages) CHECK(s.max_abs == 0);
   }
 
+  TEST_CASE("a wrong reference B makes the comparison invalid and is named; B's unknown datasets too") {
+    Planted p;
+    Case h_mix = p.bad;  // one h_mix element off by 1e-3, and the stages after it computed from it
+    h_mix.t["h_mix"].set(40, h_mix.get("h_mix").at(40) * (1 + 1e-3));
+    test::recompute_after(h_mix, "h_mix", Precision::fp32);
+    Case dphi = p.bad, dalpha = p.bad;
+    for (int64_t i = 0; i < dphi.get("dphi").size(); ++i) dphi.t["dphi"].set(i, dphi.get("dphi").at(i) * (1 + 1e-4));
+    dalpha.t["dalpha"].set(1, -dalpha.get("dalpha").at(1));
+    for (auto [wrong, stage] : {std::pair{&h_mix, "h_mix"}, std::pair{&dphi, "dphi"}, std::pair{&dalpha, "dalpha"}}) {
+      CAPTURE(stage);
+      DiffReport r = test::diff(p.ref, *wrong);
+      INFO(report_table(r, false));
+      CHECK(r.verdict == Verdict::invalid);
+      CHECK(r.reference_wrong == stage);
+      CHECK(find(r, stage).reference_over > 1);
+      CHECK(r.verdict_line().find(cat("the reference B is itself off the fp64 oracle, first at ", stage, " (")) !=
+            std::string::npos);
+      CHECK(test::diff(*wrong, p.ref).verdict == Verdict::diverged);  // the same pair the other way round
+    }
+    // a correct B: the fp32 golden (its stages within their budgets, none over 1)
+    Case oracle = p.ref.inputs_only();
+    cpu_run(oracle, Precision::fp64);
+    DiffReport ok = test::diff(oracle, p.ref);
+    CHECK(ok.match());
+    for (auto& s : ok.stages) CHECK(s.reference_over <= 1);
+
+    Case typo = p.ref;
+    typo.t.erase("dgamma");
+    typo.unknown = {"/backward/d_gamma"};
+    DiffReport u = test::diff(p.ref, typo);
+    CHECK(u.verdict == Verdict::invalid);
+    CHECK(find(u, "/backward/d_gamma").note == "B: dataset /backward/d_gamma is not in the schema");
+  }
+
   TEST_CASE("fixed tolerance and per-stage overrides") {
     Planted p;
     for (int64_t i = 0; i < p.bad.get("dphi").size(); ++i) p.bad.t["dphi"].set(i, p.bad.get("dphi").at(i) * (1 + 1e-4));

@@ -110,7 +110,7 @@ void add_diff(CLI::App& app, int& rc) {
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("diff", "Compare two runs stage by stage; name the first divergent stage");
   sub->add_option("A", o->a, "backend (cpu, cpu:fp64, cuda, exec:COMMAND) or HDF5 file")->required();
-  sub->add_option("B", o->b, "the reference: backend or HDF5 file")->required();
+  sub->add_option("B", o->b, "the reference: backend or HDF5 file (a wrong one is named: exit 2)")->required();
   sub->add_option("--input", o->input, "inputs for backend sides (default: the file side's /inputs, else generated)");
   sub->add_option("--shape", o->shape, "shape of the generated default case")->capture_default_str();
   sub->add_option("--seed", o->seed, "seed of the generated default case")->capture_default_str();

@@ -82,6 +82,10 @@ struct StageReport {
   // tolerance: fixed (atol, rtol) or budget (error and limit in `unit`, for the accepted class)
   bool fixed = false;
   double atol = 0, rtol = 0, error = 0, limit = 0, reference_error = 0;
+  // budget: B's own largest error against the oracle over the limit B would face as A against
+  // cpu:fp64 (the limit without E_B), counted only where B's value is also that far off its own
+  // fp64 replay; > 1: the reference itself is wrong here (docs/diff.md, "A wrong reference")
+  double reference_over = 0;
   std::map<Accuracy, double> class_limit, class_error;  // budget: per class, limit and E_C
   std::string unit;
   Rounding rounding;
@@ -100,6 +104,7 @@ struct DiffReport {
   Accuracy accept = Accuracy::fp32;
   int compared = 0;
   std::string first_divergent;  // "" when none
+  std::string reference_wrong;  // the first stage where B itself is wrong (reference_over > 1): invalid
   std::vector<std::string> root_causes;
   std::vector<std::string> missing_required;
   std::string verdict_line() const;

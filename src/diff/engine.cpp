@@ -3,6 +3,7 @@
 // introduced error from an inherited one, and where the mismatches lie (docs/diff.md).
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 
@@ -181,6 +182,28 @@ void keep(StageReport& r, const std::vector<double>& err, std::vector<uint8_t>& 
   for (int64_t i = 0; i < b.size(); ++i) r.elem_diff[size_t(i)] = float(a.at(i) - b.at(i));
 }
 
+// B's largest error against the oracle o over its own limit (own(i): element i's limit without
+// E_B). Where that is over 1 at a per-token stage, B's value must also be that far off the stage
+// recomputed in fp64 from B's own upstream tensors (the oracle's where B lacks one): over its
+// limit only through its inputs' within-budget errors, B is not wrong here (as for A).
+template <class Own>
+double reference_over(const Stage& s, const Tensor& tb, const Tensor& o, const Unit& uo, const Own& own, const Case& b,
+                      References& refs) {
+  auto over = [&](const Tensor& ref) {
+    double w = 0;
+    for (int64_t i = 0; i < o.size(); ++i) w = std::max(w, uo(elem_diff(tb.at(i), ref.at(i)), o.at(i)) / own(size_t(i)));
+    return w;
+  };
+  double w = over(o);
+  if (w <= 1 || is_token_sum(s)) return w;
+  TensorMap deps;
+  for (const char* d : s.deps) {
+    const bool fits = b.has(d) && (stage(d).group == Group::inputs || b.get(d).shape == stage_shape(stage(d), b.prob));
+    deps[d] = fits ? b.get(d) : refs.oracle().get(d);
+  }
+  return std::min(w, over(cpu_stage(s.name, b.prob, deps, Precision::fp64)));
+}
+
 }  // namespace
 
 std::string inputs_difference(const Case& a, const Case& b) {
@@ -241,14 +264,15 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     return it != own.end() ? it->second : own[name] = recompute(name, Precision::fp64);
   };
 
-  for (const std::string& name : a.unknown) {
-    StageReport r;
-    r.name = name;
-    r.status = Status::unknown;
-    r.note = cat("A: dataset ", name, " is not in the schema");
-    r.hint = suggest_stage(name);
-    rep.stages.push_back(r);
-  }
+  for (auto [side, c] : {std::pair{"A", &a}, std::pair{"B", &b}})
+    for (const std::string& name : c->unknown) {
+      StageReport r;
+      r.name = name;
+      r.status = Status::unknown;
+      r.note = cat(side, ": dataset ", name, " is not in the schema");
+      r.hint = suggest_stage(name);
+      rep.stages.push_back(r);
+    }
 
   for (const Stage& s : stage_table()) {
     if (s.group == Group::inputs) continue;
@@ -377,6 +401,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     for (int64_t i = 0; i < int64_t(err.size()); ++i)
       mask[size_t(i)] = !(err[size_t(i)] <= limit_at(size_t(i))) || (check_rounded && rounded_badly[size_t(i)]);
     r.mismatches = std::count(mask.begin(), mask.end(), 1);
+    r.reference_over = reference_over(s, tb, o, uo, [&](size_t i) { return limit_at(i) - r.reference_error; }, b, refs);
     bool fails = r.accuracy > opt.accept;
     r.status = fails ? Status::diverged : Status::ok;
     if (fails) {
@@ -418,10 +443,11 @@ void finish_report(DiffReport& rep, const DiffOptions& opt) {
 
   bool invalid = false;
   rep.compared = 0;
-  rep.first_divergent.clear(), rep.root_causes.clear(), rep.missing_required.clear();
+  rep.first_divergent.clear(), rep.root_causes.clear(), rep.missing_required.clear(), rep.reference_wrong.clear();
   for (auto& r : rep.stages) {
     rep.compared += r.compared;
     invalid = invalid || r.status == Status::unknown || r.status == Status::format;
+    if (r.reference_over > 1 && rep.reference_wrong.empty()) rep.reference_wrong = r.name, invalid = true;
     if (r.status == Status::missing && opt.require.count(r.name)) rep.missing_required.push_back(r.name);
     if (r.status == Status::inherited) {
       r.inherited_from = upstream(r.name);
@@ -449,6 +475,14 @@ std::string DiffReport::verdict_line() const {
     for (auto& s : stages)
       if (s.status == Status::unknown || s.status == Status::format)
         why += cat(why.empty() ? "" : "; ", s.note, s.hint.empty() ? "" : cat(" (", s.hint, ")"));
+    for (auto& s : stages)
+      if (s.name == reference_wrong) {
+        char over[32];
+        std::snprintf(over, sizeof over, "%.3g", s.reference_over);
+        why += cat(why.empty() ? "" : "; ", "the reference B is itself off the fp64 oracle, first at ", s.name, " (", over,
+                   "x the limit a correct kernel meets there): put the trusted side as B (mhc diff mine.h5 golden.h5), "
+                   "or compare B with cpu:fp64");
+      }
     if (why.empty()) why = "no stage is present on both sides";
     return cat("invalid: ", why, "; the comparison cannot be trusted");
   }

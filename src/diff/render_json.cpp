@@ -67,7 +67,8 @@ std::string stage_json(const StageReport& s) {
     out += cat(", \"tolerance\": {\"policy\": \"fixed\", \"atol\": ", num(s.atol), ", \"rtol\": ", num(s.rtol), "}");
   } else {
     out += cat(", \"tolerance\": {\"policy\": \"budget\", \"unit\": ", json_string(s.unit), ", \"limit\": ", num(s.limit),
-               ", \"error\": ", num(s.error), ", \"reference_error\": ", num(s.reference_error), ", \"classes\": {");
+               ", \"error\": ", num(s.error), ", \"reference_error\": ", num(s.reference_error),
+               ", \"reference_over\": ", num(s.reference_over), ", \"classes\": {");
     bool first = true;
     for (auto& [c, limit] : s.class_limit) {
       out += cat(first ? "" : ", ", json_string(accuracy_name(c)), ": {\"limit\": ", num(limit), ", \"plain_error\": ",
@@ -93,7 +94,8 @@ std::string report_json(const DiffReport& r) {
   std::string out = cat("{\"schema\": 2, \"verdict\": ", json_string(verdict_name(r.verdict)), ", \"accept\": ",
                         json_string(accuracy_name(r.accept)), ", \"first_divergent\": ",
                         r.first_divergent.empty() ? "null" : json_string(r.first_divergent), ", \"root_causes\": ",
-                        list(r.root_causes), ", \"missing_required\": ", list(r.missing_required),
+                        list(r.root_causes), ", \"missing_required\": ", list(r.missing_required), ", \"reference_wrong\": ",
+                        r.reference_wrong.empty() ? "null" : json_string(r.reference_wrong),
                         ", \"compared\": ", r.compared, ", \"summary\": ", json_string(r.verdict_line()), ", \"stages\": [");
   for (size_t i = 0; i < r.stages.size(); ++i) out += cat(i ? ",\n  " : "\n  ", stage_json(r.stages[i]));
   return out + "\n]}\n";

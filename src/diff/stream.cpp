@@ -226,6 +226,7 @@ void merge(Merged& m, StageReport&& b, const Problem& p, int64_t t0, const Case&
   r.nan_a += b.nan_a, r.inf_a += b.inf_a, r.nan_b += b.nan_b, r.inf_b += b.inf_b;
   r.l2_num += b.l2_num, r.l2_den += b.l2_den;
   r.max_rel = std::max(r.max_rel, b.max_rel), r.min_atol = std::max(r.min_atol, b.min_atol);
+  r.reference_over = std::max(r.reference_over, b.reference_over);
   if (b.max_abs > r.max_abs) r.max_abs = b.max_abs, r.max_abs_index = b.max_abs_index, r.a_at = b.a_at, r.b_at = b.b_at;
   if (ratio > m.ratio) {
     m.ratio = ratio;

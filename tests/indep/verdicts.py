@@ -43,7 +43,8 @@ class Case:
     name: str
     shape: str  # mhc gen --shape
     kernel: list  # kernel.py options
-    ref: str = "cpu"  # B side of the diff
+    ref: str = "cpu"  # B side of the diff (A with swap)
+    swap: bool = False  # the dump is B, the reference: `mhc diff REF OUT.h5`
     diff: list = field(default_factory=list)  # more diff options
     checks: list = field(default_factory=list)  # callables (rc, report) -> problem or None
     other_input: bool = False  # diff with --input of another seed's case
@@ -252,8 +253,25 @@ def format_cases():
     ]
 
 
+def swapped_cases(quick):
+    """The dump as B, the reference (`mhc diff golden.h5 mine.h5`): a correct one in any order
+    passes; a wrong one makes the comparison invalid and names its first wrong stage."""
+    clean = QUICK_CLEAN[:2] if quick else QUICK_CLEAN
+    cases = [Case(f"swapped: clean {o} {s} as B vs {a}", s, ["--order", o], ref=a, swap=True,
+                  checks=[exit_is(0), field_is("verdict", "match")])
+             for s, o in clean for a in ("cpu", "cpu:fp64")]
+    root = {"gamma_fwd": "h_mix", "late_tokens": "h_pre", "dh_res_T": "dh_mix", "dphi_half": "dphi",
+            "dalpha_sign": "dalpha", "dx_no_hpre": "dx"}
+    for i, (bug, stage) in enumerate(root.items()):
+        if quick and i % 2:
+            continue
+        cases.append(Case(f"swapped: bug {bug} as B", BUG_SHAPE, ["--order", ORDERS[i % len(ORDERS)], "--bug", bug],
+                          swap=True, checks=[exit_is(2), field_is("verdict", "invalid"), field_is("reference_wrong", stage)]))
+    return cases
+
+
 def all_cases(quick):
-    return clean_cases(quick) + gemm_cases() + bug_cases(quick) + format_cases()
+    return clean_cases(quick) + gemm_cases() + bug_cases(quick) + format_cases() + swapped_cases(quick)
 
 
 # ---------------------------------------------------------------- running
@@ -323,7 +341,7 @@ class Runner:
 
     def diff(self, case, out):
         """Runs the case's diff on dump `out`: (status, report, problem, command, stderr)."""
-        cmd = [self.mhc, "diff", out, case.ref, "--json", *case.diff]
+        cmd = [self.mhc, "diff", *((case.ref, out) if case.swap else (out, case.ref)), "--json", *case.diff]
         if case.other_input:
             other, problem = self.inputs(case.shape, self.seed_of(case.shape) + 1000)
             if problem:
