@@ -32,6 +32,8 @@ EXPECT = {
     "late_tokens": (lambda name, T, n, D: T > 256 and name != "saturating", "T > 256"),
     "n6_index": (lambda name, T, n, D: n == 6, "n = 6"),
     "rms_over_D": (lambda name, T, n, D: n != 1 and name != "x_small", "diverge first at inv_rms"),
+    # at the default eps (1e-6) inv_rms and h_pre stay within the fp32 budget (docs/diff.md)
+    "fixed_eps": (lambda name, T, n, D: name == "large_eps", None),
 }
 
 

@@ -25,6 +25,11 @@ const int kT[] = {1, 3, 255, 256, 257, 4096};
 CheckCase shaped(const std::string& name, int64_t T, int64_t n, int64_t D) {
   return {name, cat(T, ",", n, ",", D)};
 }
+CheckCase large_eps(const std::string& shape) {
+  CheckCase c{"large_eps", shape};
+  c.large_eps = true;
+  return c;
+}
 
 // Every value of every axis once, the other axes at small values; then layouts and inputs.
 std::vector<CheckCase> default_cases() {
@@ -41,6 +46,7 @@ std::vector<CheckCase> default_cases() {
   cs.push_back({"x_f32", base, false, true});
   cs.push_back({"saturating", base, false, false, true});
   cs.push_back({"forward_only", base, false, false, false, true});
+  cs.push_back(large_eps("64,4,64"));  // T <= 256: its failure shares no token count
   CheckCase large{"x_large", base}, small{"x_small", base};
   large.x_exp = 40, small.x_exp = -40;
   cs.push_back(large);
@@ -50,7 +56,8 @@ std::vector<CheckCase> default_cases() {
 
 std::vector<CheckCase> quick_cases() {
   return {shaped("n4_D65_T257", 257, 4, 65), shaped("n6", 64, 6, 64), shaped("n1_D1", 3, 1, 1),
-          shaped("T1_D4096", 1, 4, 4096), {"bs2x300", "2,300,4,64"}, {"forward_only", "64,4,64", false, false, false, true}};
+          shaped("T1_D4096", 1, 4, 4096), {"bs2x300", "2,300,4,64"}, {"forward_only", "64,4,64", false, false, false, true},
+          large_eps("64,4,64")};
 }
 
 std::vector<CheckCase> full_cases() {
@@ -96,8 +103,9 @@ std::vector<CheckCase> file_cases(const std::string& path) {
       else if (opt == "x_f32") c.x_f32 = true;
       else if (opt == "saturating") c.saturating = true;
       else if (opt == "forward_only") c.forward_only = true;
+      else if (opt == "large_eps") c.large_eps = true;
       else if (opt.rfind("x_exp=", 0) == 0) c.x_exp = parse_exponent(path, no, opt);
-      else fail(path, ":", no, ": unknown option '", opt, "' (no_gamma, x_f32, saturating, forward_only, x_exp=E)");
+      else fail(path, ":", no, ": unknown option '", opt, "' (no_gamma, x_f32, saturating, forward_only, large_eps, x_exp=E)");
     }
     cs.push_back(c);
   }
@@ -144,6 +152,7 @@ Case make_inputs(const CheckCase& cc) {
     for (int64_t i = 0; i < 3; ++i) c.t["alpha"].set(i, 40.0);
     for (int64_t i = 0; i < c.t["bias"].size(); ++i) c.t["bias"].set(i, i % 2 ? 30.0 : -30.0);
   }
+  if (cc.large_eps) c.prob.norm_eps = 1e-2, c.prob.hc_eps = 1e-3;
   if (cc.x_exp)
     for (int64_t i = 0; i < c.t["x"].size(); ++i) c.t["x"].set(i, std::ldexp(c.t["x"].at(i), cc.x_exp));
   if (cc.x_f32)

@@ -247,7 +247,8 @@ void add_check(CLI::App& app, int& rc) {
   sub->footer(
       "One line per case as it finishes, then what the failures share. Exit status: 0 every case\n"
       "passed, 1 a case failed, 2 an error before any case ran.\n"
-      "A FILE of cases has one a line: NAME SHAPE [no_gamma] [x_f32] [saturating] [forward_only] [x_exp=E].\n"
+      "A FILE of cases has one a line: NAME SHAPE [no_gamma] [x_f32] [saturating] [forward_only] [large_eps]\n"
+      "[x_exp=E].\n"
       "Examples:\n  mhc check cpu\n  mhc check cuda --repeat 3\n"
       "  mhc check 'exec:python3 kernel.py {in} {out}' --cases quick\n"
       "  mhc check 'exec:./my_kernel {in} {out}' --only D7168 --keep failing/\n"

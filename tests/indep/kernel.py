@@ -55,6 +55,7 @@ BUGS = {
     "rms_over_D": "inv_rms divides the sum of squares by D instead of n*D",
     "dalpha_sign": "dalpha[1] has its sign flipped",
     "n6_index": "n = 6 only: h_post reads its columns of h_mix one to the right (an index bug for one n)",
+    "fixed_eps": "norm_eps and hc_eps fixed at 1e-6, the file's attributes ignored",
 }
 
 
@@ -345,6 +346,8 @@ def main(argv):
     args = parse_args(argv)
     torch.set_num_threads(1)  # small ops dominate: one thread is faster than two, and robust under load
     inp, tok = read_inputs(args.input)
+    if args.bug == "fixed_eps":
+        inp.update(norm_eps=1e-6, hc_eps=1e-6)
     want = selected_stages(args.stages)
     with torch.no_grad():
         fwd, aux = forward(inp, args.order, args.gemm, args.bug)
