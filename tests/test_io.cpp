@@ -84,4 +84,51 @@ TEST_SUITE("hdf5") {
     CHECK(strict.err.find("/inputs/x: 2 of 12 values are not exactly representable in bfloat16") != std::string::npos);
     CHECK(!std::filesystem::exists(dir + "/out2.h5"));
   }
+
+  TEST_CASE("storage HDF5 would block on or recurse through is refused by name; links to FIFOs are not followed") {
+    const std::string dir = test::tmpdir("hostile_storage");
+    save_case(dir + "/in.h5", test::golden(parse_shape("8,4,8"), 5, Precision::fp32, false).inputs_only());
+    REQUIRE(test::sh("rm -f " + dir + "/fifo && mkfifo " + dir + "/fifo").rc == 0);
+    // /inputs/x: an external link into the FIFO; raw data stored externally in it; a virtual
+    // dataset whose source is itself
+    const std::string py = cat(MHC_PYTHON, " -c \"import h5py, shutil, numpy as np\n"
+                               "for k in ('link', 'raw', 'vds'):\n"
+                               "    shutil.copy('", dir, "/in.h5', '", dir, "/' + k + '.h5')\n"
+                               "    f = h5py.File('", dir, "/' + k + '.h5', 'r+'); del f['inputs/x']\n"
+                               "    if k == 'link': f['inputs/x'] = h5py.ExternalLink('", dir, "/fifo', '/x')\n"
+                               "    if k == 'raw': f.create_dataset('inputs/x', (8, 4, 8), np.float32, external=[('", dir,
+                               "/fifo', 0, 1024)])\n"
+                               "    if k == 'vds':\n"
+                               "        l = h5py.VirtualLayout((8, 4, 8), np.float32); l[:] = h5py.VirtualSource('.', '/inputs/x', (8, 4, 8))\n"
+                               "        f.create_virtual_dataset('inputs/x', l)\n"
+                               "    f.close()\"");
+    REQUIRE(test::sh(py).rc == 0);
+    for (auto [k, why] : {std::pair{"link", "an external link into "}, std::pair{"raw", "stored externally in "},
+                          std::pair{"vds", "a virtual dataset"}}) {
+      CAPTURE(k);
+      auto r = test::sh("timeout 20 " + test::mhc(cat("run -q ", dir, "/", k, ".h5 ", dir, "/out.h5")));
+      CHECK(r.rc == 2);
+      CHECK(r.err.find(cat(dir, "/", k, ".h5: /inputs/x: ")) != std::string::npos);
+      CHECK(r.err.find(why) != std::string::npos);
+      CHECK(test::sh(cat("ls -a ", dir, " | grep -c tmp")).out == "0\n");
+    }
+  }
+
+  TEST_CASE("outputs: through a symlink the target is written and the link kept; diff never writes over its inputs") {
+    const std::string dir = test::tmpdir("output_paths");
+    save_case(dir + "/in.h5", test::golden(parse_shape("8,4,8"), 6));
+    REQUIRE(test::sh(cat("mkdir -p ", dir, "/real ", dir, "/links && rm -f ", dir, "/links/out.h5 && echo old > ", dir,
+                         "/real/target.h5 && ln -s ../real/target.h5 ", dir, "/links/out.h5")).rc == 0);
+    CHECK(test::sh(test::mhc(cat("gen --force --shape 4,2,4 ", dir, "/links/out.h5"))).rc == 0);
+    CHECK(test::sh(cat("test -L ", dir, "/links/out.h5")).rc == 0);
+    CHECK(load_case(dir + "/real/target.h5", LoadOptions{}, false).prob.T() == 4);
+    const std::string in = dir + "/in.h5";
+    for (const std::string& opts : {"--input " + in + " --dump-diff " + in, "--input " + in + " --report " + in,
+                                    "--dump-diff " + dir + "/x.h5 --report " + dir + "/x.h5"}) {
+      CAPTURE(opts);
+      auto r = test::sh(test::mhc("diff cpu cpu:fp64 " + opts));
+      CHECK(r.rc == 2);
+      CHECK(load_case(in, LoadOptions{}, true).has("dx"));  // still the case it was
+    }
+  }
 }

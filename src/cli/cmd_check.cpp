@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -61,7 +62,7 @@ std::string first_difference(const Case& a, const Case& b) {
 
 // inv_rms = c·(reference) for one constant c: the RMS over the wrong count (TensorRT-LLM #13587).
 std::string constant_factor(const Case& a, const Case& b) {
-  if (!a.has("inv_rms") || !b.has("inv_rms")) return "";
+  if (!a.has("inv_rms") || !b.has("inv_rms") || a.get("inv_rms").shape != b.get("inv_rms").shape) return "";
   const Tensor &x = a.get("inv_rms"), &y = b.get("inv_rms");
   double lo = INFINITY, hi = -INFINITY;
   for (int64_t i = 0; i < x.size(); ++i) {
@@ -122,7 +123,7 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
       o.where = s.where;
     }
     o.accuracy = accuracy_name(rep.verdict == Verdict::match ? worst : Accuracy::diverged);
-    if (rep.verdict == Verdict::invalid) o.pattern = rep.verdict_line();
+    if (rep.verdict == Verdict::invalid) o.pattern = rep.verdict_line().substr(std::strlen("invalid: "));
     if (std::string f = constant_factor(a, b); !f.empty() && o.first_divergent == "inv_rms") o.pattern = cat("inv_rms: ", f);
     o.passed = rep.match() && o.reason.empty();
   } catch (const std::exception& e) {  // one case's error (a kernel that crashes on a shape) is its failure
@@ -141,7 +142,8 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
 std::string line_of(const Outcome& o) {
   std::string what = o.verdict == "match" ? cat("match (", o.accuracy, ")")
                      : o.verdict == "error" ? "error"
-                                            : cat(o.verdict, o.first_divergent.empty() ? "" : " at ", o.pattern);
+                                            : cat(o.verdict, !o.first_divergent.empty() ? " at " : o.pattern.empty() ? "" : ": ",
+                                                  o.pattern);
   if (!o.reason.empty()) what += cat(o.verdict == "match" ? "; but " : "; ", o.reason);
   return cat(o.passed ? "ok  " : "FAIL", "  ", o.c->name, std::string(o.c->name.size() < 14 ? 14 - o.c->name.size() : 1, ' '),
              o.c->shape, std::string(o.c->shape.size() < 14 ? 14 - o.c->shape.size() : 1, ' '), what);

@@ -174,9 +174,12 @@ void add_diff(CLI::App& app, int& rc) {
         fail(o->a, " and ", o->b, ": --ignore-inputs needs the same shapes, found ", p.str(), " and ", q.str());
     }
 
+    // the outputs replace neither a file side, nor --input, nor each other
+    if (!o->dump.empty() && o->dump == o->report) fail(o->dump, ": --dump-diff and --report name the same file");
     for (auto* out : {&o->dump, &o->report})
-      for (auto* side : {&o->a, &o->b})
-        if (!out->empty()) check_output_path(*out, is_backend_spec(*side) ? "" : *side, true);
+      for (const std::string& in : {is_backend_spec(o->a) ? std::string() : o->a, is_backend_spec(o->b) ? std::string() : o->b,
+                                    o->input, out == &o->report ? o->dump : std::string()})
+        if (!out->empty()) check_output_path(*out, in, true);
 
     // Beyond the blocks the readers checked, what grows with T: a generated case (held whole),
     // a backend side that runs the whole case, and --dump-diff's error, mask and difference of

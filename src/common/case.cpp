@@ -35,7 +35,8 @@ std::string Case::first_nonfinite(int64_t token_offset) const {
       return int64_t(-1);
     });
     if (i >= 0)
-      return cat(s.name, per_token(s) ? cat(" at token ", token_offset + i / (x.size() / prob.T())) : cat(" at element ", i));
+      return cat(s.name, per_token(s) ? cat(" at token ", token_offset + i / std::max<int64_t>(1, x.size() / prob.T()))
+                                      : cat(" at element ", i));
   }
   return "";
 }

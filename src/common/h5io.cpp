@@ -84,12 +84,43 @@ std::string h5_cause() {
 }
 
 // False when a link on the path is absent; a failed lookup (corrupt file) is an error, never "absent".
+// External links are followed only into regular files: HDF5 would open a FIFO or a device
+// named by one, and block on it, before any check of ours. g_refused names the last refused.
+std::string g_refused;
+bool regular_or_absent(const std::string& name) {
+  struct stat st;
+  return stat(name.c_str(), &st) != 0 || S_ISREG(st.st_mode);
+}
+herr_t regular_files_only(const char* parent_file, const char*, const char* child_file, const char*, unsigned*, hid_t, void*) {
+  std::string child = child_file, parent = parent_file, dir = parent.substr(0, parent.rfind('/') + 1);
+  for (const std::string& name : {child, child[0] == '/' ? child : dir + child})
+    if (!regular_or_absent(name)) {
+      g_refused = name;
+      return -1;
+    }
+  return 0;
+}
+hid_t link_access() {
+  static const hid_t lapl = [] {
+    hid_t l = H5Pcreate(H5P_LINK_ACCESS);
+    H5Pset_elink_cb(l, regular_files_only, nullptr);
+    return l;
+  }();
+  return lapl;
+}
+// HDF5's cause of a failed lookup, or the external link that was refused.
+std::string lookup_cause() {
+  std::string why = g_refused.empty() ? h5_cause() : cat("an external link into ", g_refused, ", which is not a regular file");
+  g_refused.clear();
+  return why;
+}
+
 bool link_exists(const H5::H5File& f, const std::string& file, const std::string& path) {
   // check every component: H5Lexists fails on a missing intermediate group
   for (size_t pos = path.find('/', 1);; pos = path.find('/', pos + 1)) {
     std::string prefix = path.substr(0, pos);
-    htri_t e = H5Lexists(f.getId(), prefix.c_str(), H5P_DEFAULT);
-    if (e < 0) fail(file, ": ", prefix, ": cannot look up the link (", h5_cause(), ")");
+    htri_t e = H5Lexists(f.getId(), prefix.c_str(), link_access());
+    if (e < 0) fail(file, ": ", prefix, ": cannot look up the link (", lookup_cause(), ")");
     if (e == 0) return false;
     if (pos == std::string::npos) return true;
   }
@@ -138,24 +169,37 @@ std::string float_type_name(const H5::FloatType& ft) {
 // is called directly where HDF5's cause matters: the C++ wrappers clear the error stack.
 H5::DataSet open_dataset(const H5::H5File& f, const std::string& file, const std::string& path) {
   H5O_info_t info;
-  if (H5Oget_info_by_name(f.getId(), path.c_str(), &info, H5P_DEFAULT) < 0)
-    fail(file, ": ", path, ": cannot open (", h5_cause(), ")");
+  if (H5Oget_info_by_name(f.getId(), path.c_str(), &info, link_access()) < 0)
+    fail(file, ": ", path, ": cannot open (", lookup_cause(), ")");
   if (info.type != H5O_TYPE_DATASET)
     fail(file, ": ", path, ": is a ", info.type == H5O_TYPE_GROUP ? "group" : "named datatype", ", expected a dataset");
-  hid_t id = H5Dopen2(f.getId(), path.c_str(), H5P_DEFAULT);
+  hid_t id = H5Dopen2(f.getId(), path.c_str(), H5P_DEFAULT);  // the link resolved above
   if (id < 0) fail(file, ": ", path, ": cannot open (", h5_cause(), ")");
   H5::DataSet ds(id);  // takes its own reference
   H5Dclose(id);
   return ds;
 }
 
-// A compact dataset whose stored bytes are fewer than its shape needs makes libhdf5 1.10
-// read past its own buffer (tests/fuzz/repro/corrupt_compact_overread.h5): refuse it first.
-void check_compact(const H5::DataSet& ds, const Shape& shape, const std::string& file, const std::string& path) {
+// Storage that libhdf5 1.10 cannot be trusted to read, refused before it is read:
+// - a compact dataset whose stored bytes are fewer than its shape needs (it reads past its own
+//   buffer: tests/fuzz/repro/corrupt_compact_overread.h5);
+// - a virtual dataset (one whose source is itself recurses until the stack overflows);
+// - external raw storage in a file that is not a regular file (a FIFO blocks the read).
+void check_storage(const H5::DataSet& ds, const Shape& shape, const std::string& file, const std::string& path) {
   hid_t dcpl = H5Dget_create_plist(ds.getId());
-  bool compact = dcpl >= 0 && H5Pget_layout(dcpl) == H5D_COMPACT;
+  const H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+  std::string not_regular;
+  for (int i = 0, n = dcpl >= 0 ? H5Pget_external_count(dcpl) : 0; i < n && not_regular.empty(); ++i) {
+    char name[4096] = "";
+    off_t offset;
+    hsize_t size;
+    if (H5Pget_external(dcpl, unsigned(i), sizeof name, name, &offset, &size) >= 0 && !regular_or_absent(name))
+      not_regular = name;
+  }
   if (dcpl >= 0) H5Pclose(dcpl);
-  if (!compact) return;
+  if (layout == H5D_VIRTUAL) fail(file, ": ", path, ": a virtual dataset (not read: store the data itself)");
+  if (!not_regular.empty()) fail(file, ": ", path, ": stored externally in ", not_regular, ", which is not a regular file");
+  if (layout != H5D_COMPACT) return;
   hid_t type = H5Dget_type(ds.getId());
   uint64_t need = uint64_t(numel(shape)) * (type >= 0 ? H5Tget_size(type) : 0);
   if (type >= 0) H5Tclose(type);
@@ -199,7 +243,7 @@ FloatDataset open_float(const H5::H5File& f, const std::string& file, const std:
   if (d.dt == DType::f64 && name != "float64" && narrower_than_f32(ft)) d.stored = name;
   d.shape = dataset_shape(d.ds, file, path, whole);
   if (check) check(d.shape);
-  check_compact(d.ds, d.shape, file, path);
+  check_storage(d.ds, d.shape, file, path);
   H5D_space_status_t status;
   if (numel(d.shape) > 0 && H5Dget_space_status(d.ds.getId(), &status) >= 0 &&
       status == H5D_SPACE_STATUS_NOT_ALLOCATED && d.ds.getStorageSize() == 0)
@@ -755,7 +799,7 @@ std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::st
                     ds.getStorageSize() > 0;
         d.has_stats = d.written && numel(d.shape) <= kInspectMaxElements;
         if (d.has_stats) {
-          check_compact(ds, d.shape, path, n);
+          check_storage(ds, d.shape, path, n);
           d.stats = slab_stats(ds, d.shape, path, n);
         }
       } else {

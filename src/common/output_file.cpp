@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -35,6 +36,16 @@ std::string temp_path(const std::string& path) {
   return cat(parent_dir(path), "/.", base, ".tmp", getpid());
 }
 
+// An output that is a symbolic link to an existing file is written to that file: the temporary
+// beside it, then renamed onto it (renamed onto the link, it replaced the link and left its
+// target as it was).
+std::string target_of(const std::string& out) {
+  struct stat sl;
+  char real[PATH_MAX];
+  if (lstat(out.c_str(), &sl) == 0 && S_ISLNK(sl.st_mode) && realpath(out.c_str(), real)) return real;
+  return out;
+}
+
 void refuse_special(const std::string& out) {
   struct stat so;
   if (lstat(out.c_str(), &so) != 0) return;
@@ -45,7 +56,8 @@ void refuse_special(const std::string& out) {
 
 }  // namespace
 
-void check_output_path(const std::string& out, const std::string& in, bool force) {
+void check_output_path(const std::string& path, const std::string& in, bool force) {
+  const std::string out = target_of(path);
   struct stat so, si;
   if (stat(out.c_str(), &so) == 0) {
     if (!in.empty() && stat(in.c_str(), &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
@@ -64,7 +76,8 @@ void check_output_path(const std::string& out, const std::string& in, bool force
   unlink(probe.c_str());
 }
 
-OutputFile::OutputFile(const std::string& path, bool replace) : path_(path), temp_(temp_path(path)), replace_(replace) {
+OutputFile::OutputFile(const std::string& path, bool replace)
+    : path_(target_of(path)), temp_(temp_path(path_)), replace_(replace) {
   MHC_CHECK(temp_.size() < sizeof g_temp && !g_have_temp, "one output at a time");
   std::memcpy(g_temp, temp_.c_str(), temp_.size() + 1);
   g_have_temp = 1;
