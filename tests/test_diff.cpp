@@ -150,6 +150,12 @@ TEST_SUITE("diff") {
     CHECK(find(u, "/backward/d_gamma").note == "B: dataset /backward/d_gamma is not in the schema");
   }
 
+  TEST_CASE("json_string: quotes, control characters, UTF-8 kept, other bytes escaped") {
+    CHECK(json_string("a\"b\\c\nd\te") == "\"a\\\"b\\\\c\\nd e\"");
+    CHECK(json_string("/forward/h_mix_\xc3\xa9") == "\"/forward/h_mix_\xc3\xa9\"");         // é
+    CHECK(json_string("/forward/\xff\xc3x\xe2\x82") == "\"/forward/\\u00ff\\u00c3x\\u00e2\\u0082\"");  // not UTF-8
+  }
+
   TEST_CASE("fixed tolerance and per-stage overrides") {
     Planted p;
     for (int64_t i = 0; i < p.bad.get("dphi").size(); ++i) p.bad.t["dphi"].set(i, p.bad.get("dphi").at(i) * (1 + 1e-4));

@@ -5,6 +5,9 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <thread>
 
 #include "h5io.h"
 #include "support.h"
@@ -28,8 +31,34 @@ struct Hostile {
   void expect_error(const std::string& args, const std::vector<std::string>& what) const {
     test::expect_error(args, what, dir, in, out);
   }
-
+  // An executable script in dir, for exec: commands.
+  std::string script(const std::string& name, const std::string& text) const {
+    std::string path = dir + "/" + name;
+    std::ofstream(path) << text;
+    std::filesystem::permissions(path, std::filesystem::perms::owner_all);
+    return path;
+  }
+  // No /tmp/mhc-exec-* directory left in dir (the tests run mhc with TMPDIR=dir).
+  bool no_exec_dir() const {
+    for (auto& e : std::filesystem::directory_iterator(dir))
+      if (e.path().filename().string().rfind("mhc-exec-", 0) == 0) return false;
+    return true;
+  }
 };
+
+// Whether the process whose pid is in `pid_file` is gone (or a zombie) within 3 s.
+bool gone(const std::string& pid_file) {
+  std::string pid;
+  std::ifstream(pid_file) >> pid;
+  REQUIRE(!pid.empty());
+  for (int i = 0; i < 300; ++i) {
+    std::ifstream stat("/proc/" + pid + "/stat");
+    std::string skip, state;
+    if (!(stat >> skip) || !std::getline(stat, skip, ')') || !(stat >> state) || state == "Z") return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -156,5 +185,62 @@ TEST_SUITE("hostile") {
     h.expect_error("run " + h.in + " " + h.out, {"inv_rms at token 5", "norm_eps = 0"});
     h.expect_error("diff " + h.in + " cpu:fp64 --input " + h.in, {"not finite", "token 5"});
     CHECK(test::sh(test::mhc("run -q --allow-nonfinite " + h.in + " " + h.out)).rc == 0);
+  }
+
+  TEST_CASE("exec: a dump whose stage is not the schema's shape or dtype is one error naming it (run, diff, check)") {
+    Hostile h("exec_shape");
+    // writes one dataset: PATH, SHAPE ("" for a scalar), DTYPE
+    const std::string dump = h.script("dump.py", "import sys, h5py, numpy as np\n"
+                                                 "out, path, shape, dtype = sys.argv[2:6]\n"
+                                                 "with h5py.File(out, 'w') as g:\n"
+                                                 "    g[path] = np.ones([int(s) for s in shape.split(',') if s], dtype)\n");
+    auto exec = [&](const std::string& stage) { return "'exec:" + std::string(MHC_PYTHON) + " " + dump + " {in} {out} " + stage + "'"; };
+    // T = 8: inv_rms is [8]; shorter, a scalar or longer was written into run's output (or divided by size / T = 0)
+    h.expect_error("run --backend " + exec("forward/inv_rms 1 float32") + " " + h.in + " " + h.out,
+                   {"not usable", "{out}", "/forward/inv_rms", "as [1]", "[..] = [8]"});
+    h.expect_error("run --backend " + exec("forward/inv_rms \"\" float32") + " " + h.in + " " + h.out,
+                   {"/forward/inv_rms", "as []", "[..] = [8]"});
+    h.expect_error("run --backend " + exec("forward/inv_rms 8000 float32") + " " + h.in + " " + h.out,
+                   {"/forward/inv_rms", "as [8000]"});
+    h.expect_error("run --backend " + exec("forward/h_mix 24,8 float32") + " " + h.in + " " + h.out,
+                   {"/forward/h_mix", "as [24,8]", "reshape it"});
+    h.expect_error("run --backend " + exec("backward/dphi 1 float32") + " " + h.in + " " + h.out,  // a sum over tokens
+                   {"/backward/dphi", "as [1]", "[N,K] = [24,32]"});
+    h.expect_error("run --backend " + exec("forward/h_mix 8,24 float16") + " " + h.in + " " + h.out,
+                   {"/forward/h_mix", "float16", "store float32 or float64"});
+    h.expect_error("run --backend " + exec("forward/h_mix 8,24 int32") + " " + h.in + " " + h.out,
+                   {"/forward/h_mix", "floating-point"});
+    h.expect_error("diff " + exec("forward/inv_rms 1 float32") + " cpu --input " + h.in, {"/forward/inv_rms", "as [1]"});
+    // check: that case fails with the error; the sweep goes on
+    std::ofstream(h.dir + "/cases.txt") << "c1 8,4,8\nc2 16,4,8\n";
+    auto r = test::sh(test::mhc("check " + exec("forward/inv_rms 1 float32") + " --cases " + h.dir + "/cases.txt"));
+    INFO(r.out, r.err);
+    CHECK(r.rc == 1);
+    CHECK(r.out.find("2 cases: 0 passed, 2 failed") != std::string::npos);
+    CHECK(r.out.find("/forward/inv_rms is stored as [1]") != std::string::npos);
+    // the right shape in float64 is fine
+    auto ok = test::sh(test::mhc("run -q --backend " + exec("forward/inv_rms 8 float64") + " " + h.in + " " + h.out));
+    INFO(ok.err);
+    CHECK(ok.rc == 0);
+  }
+
+  TEST_CASE("exec: --timeout and SIGTERM/SIGINT kill the command's whole process group and remove the temporary directory") {
+    Hostile h("exec_kill");
+    const std::string pid_file = h.dir + "/sleep.pid";
+    // a program that ignores SIGTERM and leaves a grandchild behind (the shell's own child)
+    const std::string slow = h.script("slow.sh", "#!/bin/sh\ntrap '' TERM\nsleep 30 &\necho $! > " + pid_file + "\nwait\n");
+    const std::string run = "TMPDIR=" + h.dir + " " + test::mhc("run --backend 'exec:" + slow + " {in} {out}' ");
+    h.expect_error("run --timeout 1 --backend 'exec:" + slow + " {in} {out}' " + h.in + " " + h.out, {"did not finish within 1 s"});
+    CHECK(gone(pid_file));
+    for (int sig : {SIGTERM, SIGINT}) {
+      CAPTURE(sig);
+      std::filesystem::remove(pid_file);
+      auto r = test::sh(run + h.in + " " + h.out + " & p=$!; for i in $(seq 100); do [ -s " + pid_file +
+                        " ] && break; sleep 0.1; done; kill -" + std::to_string(sig) + " $p; wait $p; echo $?");
+      CHECK(std::stoi(r.out) == 128 + sig);
+      CHECK(gone(pid_file));
+      CHECK(h.no_exec_dir());
+      CHECK(!std::filesystem::exists(h.out));
+    }
   }
 }

@@ -14,15 +14,36 @@ std::string num(double v) {
   return buf;
 }
 
+// Length of the well-formed UTF-8 sequence at s[i] (1 for ASCII), or 0 where it is not one.
+size_t utf8_length(const std::string& s, size_t i) {
+  const unsigned char c = static_cast<unsigned char>(s[i]);
+  const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 && c >= 0xc2 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 && c <= 0xf4 ? 4 : 0;
+  if (len == 0 || i + len > s.size()) return 0;
+  for (size_t k = 1; k < len; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return 0;
+  return len;
+}
+
 }  // namespace
 
+// A JSON string literal. Control characters become spaces; bytes that are not UTF-8 (a dataset
+// name in another encoding) become \u00XX, so that the report stays valid JSON.
 std::string json_string(const std::string& s) {
   std::string out = "\"";
-  for (char c : s) {
+  for (size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const size_t len = utf8_length(s, i);
+    if (len == 0) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned char>(c));
+      out += esc, ++i;
+      continue;
+    }
     if (c == '"' || c == '\\') out += cat("\\", c);
     else if (c == '\n') out += "\\n";
     else if (static_cast<unsigned char>(c) < 0x20) out += " ";
-    else out += c;
+    else out.append(s, i, len);
+    i += len;
   }
   return out + "\"";
 }
