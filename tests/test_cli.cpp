@@ -322,6 +322,19 @@ TEST_SUITE("cli") {
     CHECK(c.out.find(" passed, 0 failed") != std::string::npos);
   }
 
+  TEST_CASE("check: a FIFO or /dev/zero as --cases, a file as --keep, a case too large: exit 2 before any case runs") {
+    const std::string dir = test::tmpdir("check_args");
+    REQUIRE(test::sh(cat("rm -f ", dir, "/fifo && mkfifo ", dir, "/fifo && touch ", dir, "/file && printf 'a 4,2,4\\nhuge "
+                         "100000,8,8192\\n' > ", dir, "/cases.txt")).rc == 0);
+    for (const std::string& args : {"--cases " + dir + "/fifo", std::string("--cases /dev/zero"),
+                                    "--cases quick --keep " + dir + "/file", "--cases " + dir + "/cases.txt"}) {
+      CAPTURE(args);
+      auto r = test::sh("timeout 20 " + test::mhc("check cpu " + args));
+      CHECK(r.rc == 2);
+      CHECK(r.out.find("ok ") == std::string::npos);  // no case ran
+    }
+  }
+
   TEST_CASE("check --vary: a kernel wrong at one split count only is named by it") {
     const std::string kernel = std::string("exec:if [ \"$SPLITS\" = 2 ]; then echo bad > {out}; else ") + MHC_BIN +
                                " run -q {in} {out}; fi";

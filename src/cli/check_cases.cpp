@@ -1,5 +1,7 @@
 #include "check_cases.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -87,6 +89,9 @@ int parse_exponent(const std::string& path, int no, const std::string& opt) {
 }
 
 std::vector<CheckCase> file_cases(const std::string& path) {
+  struct stat st;  // a FIFO would block, /dev/zero never end
+  if (stat(path.c_str(), &st) == 0 && (!S_ISREG(st.st_mode) || st.st_size > (1 << 20)))
+    fail("--cases ", path, ": expected quick, default, full or a regular file of cases (at most 1 MiB)");
   std::ifstream f(path);
   if (!f) fail("--cases ", path, ": expected quick, default, full or a readable file of cases");
   std::vector<CheckCase> cs;

@@ -271,6 +271,11 @@ void add_check(CLI::App& app, int& rc) {
         cases.push_back(c);
     }
     if (cases.empty()) fail("--only ", o->only, ": no case of --cases ", o->cases, " matches");
+    // what would stop the sweep midway, found before any case runs
+    for (const CheckCase& c : cases) check_case_memory(cat("case ", c.name, ": "), c.prob(), Holds::check);
+    struct stat kd;
+    if (!o->keep.empty() && stat(o->keep.c_str(), &kd) == 0 && !S_ISDIR(kd.st_mode))
+      fail("--keep ", o->keep, ": exists and is not a directory");
     if (!o->json)
       std::printf("mhc check %s against %s: %zu cases (%s)\n", backend.str().c_str(), against.str().c_str(), cases.size(),
                   o->cases.c_str());

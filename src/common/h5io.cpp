@@ -486,7 +486,8 @@ H5::H5File open_h5(const std::string& path) {
   try {
     return H5::H5File(path, H5F_ACC_RDONLY);
   } catch (const H5::Exception&) {
-    fail(path, ": cannot open as HDF5 (truncated or corrupt file?)");
+    const std::string cause = h5_cause();  // e.g. a lock another program holds
+    fail(path, ": cannot open as HDF5 (", cause.empty() ? "truncated or corrupt file?" : cause, ")");
   }
 }
 
