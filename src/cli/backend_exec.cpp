@@ -1,6 +1,8 @@
 // backend_exec.cpp — exec:COMMAND, the user's own program as a backend: mhc writes the
 // case's inputs to a temporary HDF5 file, runs COMMAND through /bin/sh with {in} and {out}
 // replaced by the two paths, and reads the stages the program dumps to {out}.
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -10,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 #include <thread>
 
 #include "backends.h"
@@ -30,7 +33,48 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-// A temporary directory, removed with everything in it when this goes out of scope.
+// While a command runs, a termination signal (SIGINT, SIGTERM, SIGHUP) must not leave it
+// running nor leave its temporary directory (a full copy of the inputs) behind. main()'s
+// handler (output_file.cpp) removes mhc's temporary output and exits; ours, installed for the
+// directory's lifetime, kills the command's process group, removes the directory and then
+// hands the signal on to it. Everything it touches is async-signal-safe.
+constexpr int kTermSignals[] = {SIGINT, SIGTERM, SIGHUP};
+struct sigaction g_previous[std::size(kTermSignals)];  // the handlers ours hands on to
+char g_dir[4096];                                        // the temporary directory
+volatile sig_atomic_t g_have_dir = 0;
+volatile sig_atomic_t g_group = 0;  // the running command's process group, 0 when none
+
+// Removes `name` (relative to the directory open as `at`) and everything under it with
+// system calls only: opendir/readdir and std::filesystem are not async-signal-safe.
+void remove_tree(int at, const char* name, int depth) {
+  if (unlinkat(at, name, 0) == 0 || errno != EISDIR) return;  // a file, or gone
+  int fd = openat(at, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd >= 0) {
+    alignas(dirent64) char buf[2048];
+    for (ssize_t n; depth < 16 && (n = getdents64(fd, buf, sizeof buf)) > 0;)
+      for (ssize_t off = 0; off < n; off += reinterpret_cast<dirent64*>(buf + off)->d_reclen) {
+        const char* entry = reinterpret_cast<dirent64*>(buf + off)->d_name;
+        if (std::strcmp(entry, ".") != 0 && std::strcmp(entry, "..") != 0) remove_tree(fd, entry, depth + 1);
+      }
+    close(fd);
+  }
+  unlinkat(at, name, AT_REMOVEDIR);
+}
+
+void on_signal(int sig, siginfo_t* info, void* context) {
+  if (pid_t group = g_group; group > 0) kill(-group, SIGKILL);
+  if (g_have_dir) remove_tree(AT_FDCWD, g_dir, 0);
+  size_t i = 0;
+  while (kTermSignals[i] != sig) ++i;
+  const struct sigaction& prev = g_previous[i];
+  if (prev.sa_flags & SA_SIGINFO) return prev.sa_sigaction(sig, info, context);
+  if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) return prev.sa_handler(sig);
+  sigaction(sig, &prev, nullptr);  // the default action: the signal, blocked here, ends mhc on return
+  raise(sig);
+}
+
+// A temporary directory, removed with everything in it when this goes out of scope or a
+// termination signal ends mhc.
 struct TempDir {
   std::string path;
   TempDir() {
@@ -38,42 +82,109 @@ struct TempDir {
     std::string pattern = cat(base && *base ? base : "/tmp", "/mhc-exec-XXXXXX");
     if (!mkdtemp(pattern.data())) fail("exec: cannot create a temporary directory in ", pattern, ": ", std::strerror(errno));
     path = pattern;
+    MHC_CHECK(path.size() < sizeof g_dir && !g_have_dir, "one exec command at a time");
+    std::memcpy(g_dir, path.c_str(), path.size() + 1);
+    g_have_dir = 1;
+    struct sigaction sa {};
+    sa.sa_sigaction = on_signal;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    for (int sig : kTermSignals) sigaddset(&sa.sa_mask, sig);  // one cleanup at a time
+    for (size_t i = 0; i < std::size(kTermSignals); ++i) {
+      sigaction(kTermSignals[i], nullptr, &g_previous[i]);
+      if (g_previous[i].sa_handler != SIG_IGN) sigaction(kTermSignals[i], &sa, nullptr);  // nohup stays nohup
+    }
   }
   ~TempDir() {
     std::error_code ec;
-    std::filesystem::remove_all(path, ec);
+    std::filesystem::remove_all(path, ec);  // a signal meanwhile finishes the removal itself
+    g_have_dir = 0;
+    for (size_t i = 0; i < std::size(kTermSignals); ++i) sigaction(kTermSignals[i], &g_previous[i], nullptr);
   }
 };
 
-// Runs `command` through /bin/sh, its stdout joined to mhc's stderr (mhc's stdout stays its
-// report); fails on a non-zero exit, a signal or a timeout.
+// True once `pid` has exited, without reaping it: until it is reaped its pid, which is also
+// its process group's id, cannot be reused, so that killing the group hits nothing else.
+bool exited(pid_t pid, const std::string& shown) {
+  siginfo_t info{};
+  while (waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+    if (errno == EINTR) continue;
+    const int err = errno;
+    kill(-pid, SIGKILL);
+    g_group = 0;
+    fail("exec: waiting for '", shown, "': ", std::strerror(err));
+  }
+  return info.si_pid == pid;
+}
+
+// Runs `command` through /bin/sh in a process group of its own (the shell, the program and
+// anything they start), its stdout joined to mhc's stderr (mhc's stdout stays its report);
+// fails on a non-zero exit, a signal or a timeout. Whatever of the group is still running
+// when the shell ends or times out is killed: nothing the command started outlives it.
 void run_command(const std::string& shown, const std::string& command, double timeout) {
   std::fflush(nullptr);
+  // Termination signals wait until the group is registered for the handler (and, in the
+  // child, until it has the default handlers back).
+  sigset_t term, old;
+  sigemptyset(&term);
+  for (int sig : kTermSignals) sigaddset(&term, sig);
+  pthread_sigmask(SIG_BLOCK, &term, &old);
   pid_t pid = fork();
-  if (pid < 0) fail("exec: cannot start '", shown, "': ", std::strerror(errno));
   if (pid == 0) {
+    setpgid(0, 0);
+    for (int sig : kTermSignals) {
+      struct sigaction sa {};
+      if (sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler != SIG_IGN) signal(sig, SIG_DFL);
+    }
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
     dup2(2, 1);
     execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
+  const int fork_errno = errno;
+  if (pid > 0) {
+    setpgid(pid, pid);  // also here: the group exists before anything kills it (EACCES once it ran exec: done then)
+    g_group = pid;
+  }
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) fail("exec: cannot start '", shown, "': ", std::strerror(fork_errno));
   const auto start = std::chrono::steady_clock::now();
-  int status = 0;
-  for (;;) {
-    pid_t done = waitpid(pid, &status, WNOHANG);
-    if (done == pid) break;
-    if (done < 0 && errno != EINTR) fail("exec: waiting for '", shown, "': ", std::strerror(errno));
-    if (std::chrono::steady_clock::now() - start > std::chrono::duration<double>(timeout)) {
-      kill(pid, SIGTERM);
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+  bool timed_out = false;
+  while (!exited(pid, shown)) {
+    if (elapsed() > timeout) {  // SIGTERM first, for the program to clean up; a second later SIGKILL
+      timed_out = true;
+      kill(-pid, SIGTERM);
+      // the whole second: the shell ends at once on SIGTERM, which says nothing of the program
       std::this_thread::sleep_for(std::chrono::seconds(1));
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      fail("exec: '", shown, "' did not finish within ", timeout, " s (--timeout)");
+      break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+  kill(-pid, SIGKILL);
+  g_group = 0;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  if (timed_out) fail("exec: '", shown, "' did not finish within ", timeout, " s (--timeout)");
   if (WIFSIGNALED(status)) fail("exec: '", shown, "' was killed by signal ", WTERMSIG(status));
   if (WEXITSTATUS(status) == 127) fail("exec: '", shown, "' exited with status 127 (command not found?)");
   if (WEXITSTATUS(status) != 0) fail("exec: '", shown, "' exited with status ", WEXITSTATUS(status));
+}
+
+// The program's stages in the schema's shapes and in dtypes that hold their values: run
+// would write anything else into its output as it is, and the code after it indexes a
+// per-token stage by token as size / T.
+void check_dump(const Case& c, const std::string& command) {
+  for (const auto& [name, t] : c.t) {
+    const Stage& s = stage(name);
+    if (s.group == Group::inputs) continue;
+    std::string how = shape_mismatch(s, t.shape, c.prob);
+    if (auto it = c.stored_as.find(name); how.empty() && it != c.stored_as.end())
+      how = cat("as ", it->second, ", which cannot hold ", dtype_name(s.dtype), " values exactly: store float32 or float64");
+    if (how.empty() && s.dtype == DType::f32 && t.dtype == DType::bf16)
+      how = "as bfloat16; it is a float32 stage: store float32 or float64";
+    if (!how.empty()) fail("exec: the dump '", command, "' wrote is not usable: {out}: ", dataset_path(s), " is stored ", how);
+  }
 }
 
 void exec_run(const BackendSpec& spec, Case& c, Pass pass, bool) {
@@ -99,6 +210,7 @@ void exec_run(const BackendSpec& spec, Case& c, Pass pass, bool) {
   } catch (const UserError& e) {
     fail("exec: the dump '", command, "' wrote is not usable: ", replace_all(e.what(), out, "{out}"));
   }
+  check_dump(c, command);
   if (int(c.t.size()) == before && c.unknown.empty())
     fail("exec: '", command, "' wrote no stage to {out} (expected datasets such as /forward/h_mix; docs/schema.md)");
   c.attrs["backend"] = "exec";
