@@ -43,7 +43,7 @@ std::string broken_invariant(const Case& a) {
   for (const Rule& r : rules) {
     if (!a.has(r.stage)) continue;
     const Tensor& t = a.get(r.stage);
-    const int64_t per = t.size() / std::max<int64_t>(1, a.prob.T());
+    const int64_t per = std::max<int64_t>(1, t.size() / std::max<int64_t>(1, a.prob.T()));
     for (int64_t i = 0; i < t.size(); ++i)
       if (double v = t.at(i); std::isfinite(v) && !(v >= r.lo && v <= r.hi))
         return cat(r.stage, " = ", v, " at token ", i / per, " is outside ", r.range);
