@@ -146,7 +146,9 @@ TEST_SUITE("cli") {
     // written file with x declared [2^62+1,1,4], a crash of bench and an internal error of check)
     for (const char* args : {"gen --shape 4611686018427387905,1,4 x.h5", "gen --shape 1,2,9223372036854775807 x.h5",
                              "gen --shape 4294967296,4294967296,1,1 x.h5", "bench --shape 1,1,1 --repeat 2147483647",
-                             "bench --shape 1,1,1 --warmup 2147483647", "check cpu --repeat 2147483647"}) {
+                             "bench --shape 1,1,1 --warmup 2147483647", "check cpu --repeat 2147483647",
+                             "gen --shape 1,4,8, x.h5", "gen --shape 2,2,4 --seed -1 x.h5",
+                             "gen --shape 2,2,4 --seed 18446744073709551616 x.h5", "diff cpu cpu --seed 1e3"}) {
       CAPTURE(args);
       auto e = test::sh(test::mhc(args));
       CHECK(e.rc == 2);

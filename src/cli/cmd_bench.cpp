@@ -27,7 +27,7 @@ void add_bench(CLI::App& app, int& rc) {
   sub->add_option("--repeat", o->repeat, "timed repeats")->check(CLI::Range(1, 1000000))->capture_default_str();
   sub->add_option("--warmup", o->warmup, "untimed repeats first")->check(CLI::Range(0, 1000000))
       ->capture_default_str();
-  sub->add_option("--seed", o->seed, "seed of the generated inputs")->capture_default_str();
+  sub->add_option("--seed", o->seed, "seed of the generated inputs")->check(kSeed)->capture_default_str();
   sub->add_flag("--json", o->json, "print one JSON object");
   sub->footer(
       "Examples:\n  OMP_NUM_THREADS=2 mhc bench --backend cpu --shape 4096,4,4096 --pass both\n"

@@ -113,7 +113,7 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("B", o->b, "the reference: backend or HDF5 file (a wrong one is named: exit 2)")->required();
   sub->add_option("--input", o->input, "inputs for backend sides (default: the file side's /inputs, else generated)");
   sub->add_option("--shape", o->shape, "shape of the generated default case")->capture_default_str();
-  sub->add_option("--seed", o->seed, "seed of the generated default case")->capture_default_str();
+  sub->add_option("--seed", o->seed, "seed of the generated default case")->check(kSeed)->capture_default_str();
   sub->add_option("--accept", o->accept, "loosest accuracy class that passes: fp32, tf32 or bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))->capture_default_str();
   sub->add_option("--tokens", o->tokens, "compare tokens A..B-1 only (A:B); sums over tokens are then not compared");

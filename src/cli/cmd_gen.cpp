@@ -17,7 +17,7 @@ void add_gen(CLI::App& app, int& rc) {
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("gen", "Write a seeded random input case (HDF5, /inputs only)");
   sub->add_option("--shape", o->shape, "T,n,D or B,S,n,D")->capture_default_str();
-  sub->add_option("--seed", o->seed, "random seed")->capture_default_str();
+  sub->add_option("--seed", o->seed, "random seed")->check(kSeed)->capture_default_str();
   sub->add_flag("--forward-only", o->forward_only, "omit the upstream gradients dh_in, dh_post, dh_res");
   sub->add_flag("--force", o->force, "replace an existing output file");
   sub->add_option("out", o->out, "output file")->required();

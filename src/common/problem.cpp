@@ -43,7 +43,7 @@ Problem parse_shape(const std::string& text) {
       fail("--shape ", text, ": expected positive integers T,n,D or B,S,n,D");
     v.push_back(x);
   }
-  if (v.size() != 3 && v.size() != 4) fail("--shape ", text, ": expected T,n,D or B,S,n,D");
+  if ((v.size() != 3 && v.size() != 4) || text.back() == ',') fail("--shape ", text, ": expected T,n,D or B,S,n,D");
   // x [T,n,D] and phi [n*n+2n, n*D] must be addressable: none of their products may overflow
   const uint64_t NK = phi_elements(v[v.size() - 2], v.back());
   uint64_t T = 1, TK = 0;
