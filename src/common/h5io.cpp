@@ -642,6 +642,14 @@ H5::DataType file_type(DType t) {
   fail(path, ": cannot write (", cause, ")");
 }
 
+// Closes ds after a failed write: its close fails too (a full disk), and HDF5's C++ destructor
+// would print a line for each dataset before mhc's own one-line error. H5Dclose drops the id
+// even when it fails, after which the destructor does nothing.
+void drop(const H5::DataSet& ds) {
+  H5Dclose(ds.getId());
+  H5Eclear2(H5E_DEFAULT);
+}
+
 void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   H5::DataSpace sp(int(dims.size()), dims.data());
@@ -649,7 +657,12 @@ void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
   H5::LinkCreatPropList lcpl;
   lcpl.setCreateIntermediateGroup(true);
   H5::DataSet ds = f.createDataSet(path, ft, sp, H5::DSetCreatPropList::DEFAULT, H5::DSetAccPropList::DEFAULT, lcpl);
-  if (t.size()) ds.write(t.bytes.data(), mem_type(t.dtype));
+  try {
+    if (t.size()) ds.write(t.bytes.data(), mem_type(t.dtype));
+  } catch (const H5::Exception&) {
+    drop(ds);
+    throw;
+  }
 }
 
 // Writes a new HDF5 file through `fill` (an OutputFile: temporary file, then moved into place).
@@ -684,6 +697,7 @@ struct CaseWriter::Impl {
     try {
       body();
     } catch (const H5::Exception&) {
+      for (auto& [name, ds] : made) drop(ds);
       write_failed(path, f);
     }
   }
