@@ -175,16 +175,10 @@ void run_command(const std::string& shown, const std::string& command, double ti
 // would write anything else into its output as it is, and the code after it indexes a
 // per-token stage by token as size / T.
 void check_dump(const Case& c, const std::string& command) {
-  for (const auto& [name, t] : c.t) {
-    const Stage& s = stage(name);
-    if (s.group == Group::inputs) continue;
-    std::string how = shape_mismatch(s, t.shape, c.prob);
-    if (auto it = c.stored_as.find(name); how.empty() && it != c.stored_as.end())
-      how = cat("as ", it->second, ", which cannot hold ", dtype_name(s.dtype), " values exactly: store float32 or float64");
-    if (how.empty() && s.dtype == DType::f32 && t.dtype == DType::bf16)
-      how = "as bfloat16; it is a float32 stage: store float32 or float64";
-    if (!how.empty()) fail("exec: the dump '", command, "' wrote is not usable: {out}: ", dataset_path(s), " is stored ", how);
-  }
+  for (const auto& [name, t] : c.t)
+    if (const Stage& s = stage(name); s.group != Group::inputs)
+      if (std::string how = c.storage_problem(s); !how.empty())
+        fail("exec: the dump '", command, "' wrote is not usable: {out}: ", dataset_path(s), " is stored ", how);
 }
 
 void exec_run(const BackendSpec& spec, Case& c, Pass pass, bool) {

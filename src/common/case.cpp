@@ -17,6 +17,15 @@ bool Case::has_gradients() const {
   return true;
 }
 
+std::string Case::storage_problem(const Stage& s) const {
+  if (auto m = misshapen.find(s.name); m != misshapen.end()) return m->second;
+  if (auto it = stored_as.find(s.name); it != stored_as.end())
+    return cat("as ", it->second, ", which cannot hold ", dtype_name(s.dtype), " values exactly: store float32 or float64");
+  const Tensor& x = get(s.name);
+  if (s.dtype == DType::f32 && x.dtype == DType::bf16) return "as bfloat16; it is a float32 stage: store float32 or float64";
+  return shape_mismatch(s, x.shape, prob);
+}
+
 Case Case::inputs_only() const {
   Case c;
   c.prob = prob;

@@ -20,6 +20,9 @@ struct Case {
   std::map<std::string, std::string> misshapen;
 
   bool has(const std::string& name) const { return t.count(name) != 0; }
+  // How stage s (present, or in misshapen) is stored where it cannot be read as the schema's
+  // stage, to follow "stores h_mix ": its shape, or a type that loses its values; "" when it can.
+  std::string storage_problem(const Stage& s) const;
   const Tensor& get(const std::string& name) const;  // MHC_CHECKs presence
   bool has_gradients() const;                        // all three upstream gradients present
   Case inputs_only() const;                          // the same case without computed stages

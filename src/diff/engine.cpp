@@ -157,19 +157,10 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return true;
 }
 
-// A dataset stored in a type that loses what the stage holds.
+// A stage stored in another shape, or in a type that loses what the stage holds.
 std::string format_problem(const Stage& s, const Case& c, const char* side) {
-  if (auto m = c.misshapen.find(s.name); m != c.misshapen.end()) return cat(side, " stores ", s.name, " ", m->second);
-  auto it = c.stored_as.find(s.name);
-  if (it == c.stored_as.end()) {
-    const Tensor& t = c.get(s.name);
-    if (s.dtype == DType::f32 && t.dtype == DType::bf16)
-      return cat(side, " stores ", s.name, " as bfloat16; it is a float32 stage: store float32 or float64");
-    std::string how = shape_mismatch(s, t.shape, c.prob);
-    return how.empty() ? "" : cat(side, " stores ", s.name, " ", how);
-  }
-  return cat(side, " stores ", s.name, " as ", it->second, ", which cannot hold ", dtype_name(s.dtype),
-             " values exactly: store float32 or float64");
+  const std::string how = c.storage_problem(s);
+  return how.empty() ? "" : cat(side, " stores ", s.name, " ", how);
 }
 
 // Each element's error and mismatch flag (the caller's where and heatmap), and A - B for --dump-diff.
