@@ -83,7 +83,6 @@ std::string h5_cause() {
   return msg.empty() ? "truncated or corrupt file?" : msg;
 }
 
-// False when a link on the path is absent; a failed lookup (corrupt file) is an error, never "absent".
 // External links are followed only into regular files: HDF5 would open a FIFO or a device
 // named by one, and block on it, before any check of ours. g_refused names the last refused.
 std::string g_refused;
@@ -115,6 +114,7 @@ std::string lookup_cause() {
   return why;
 }
 
+// False when a link on the path is absent; a failed lookup (corrupt file) is an error, never "absent".
 bool link_exists(const H5::H5File& f, const std::string& file, const std::string& path) {
   // check every component: H5Lexists fails on a missing intermediate group
   for (size_t pos = path.find('/', 1);; pos = path.find('/', pos + 1)) {
