@@ -248,10 +248,6 @@ FloatDataset open_float(const H5::H5File& f, const std::string& file, const std:
   if (numel(d.shape) > 0 && H5Dget_space_status(d.ds.getId(), &status) >= 0 &&
       status == H5D_SPACE_STATUS_NOT_ALLOCATED && d.ds.getStorageSize() == 0)
     fail(file, ": ", path, ": declared ", shape_str(d.shape), " but never written (no data stored)");
-  // chunks never written read as the fill value: a small file could declare 2^26 tokens of
-  // zeros and have them computed and written (45 GB) as a case
-  if (numel(d.shape) > 0 && H5Dget_space_status(d.ds.getId(), &status) >= 0 && status == H5D_SPACE_STATUS_PART_ALLOCATED)
-    fail(file, ": ", path, ": declared ", shape_str(d.shape), " but only partly written (chunks missing)");
   return d;
 }
 
@@ -306,40 +302,6 @@ std::vector<std::string> dataset_paths(const H5::H5File& f, const std::string& f
   if (H5Ovisit(f.getId(), H5_INDEX_NAME, H5_ITER_NATIVE, visit, &names) < 0)
     fail(file, ": cannot list the file's datasets (", h5_cause(), ")");
   return names;
-}
-
-// The datasets a case is read from: those in the root group and in its groups inputs, forward,
-// backward and their misspellings (misspelled_group), no deeper. The user's own groups are not
-// walked (a file of thousands of nested groups took H5Ovisit minutes). Links that do not resolve
-// are skipped, as H5Ovisit skips them.
-struct CaseWalk {
-  std::vector<std::string> names;
-  std::string group;  // "" at the root
-};
-herr_t case_link(hid_t g, const char* name, const H5L_info_t*, void* data) {
-  CaseWalk& w = *static_cast<CaseWalk*>(data);
-  H5O_info_t info;
-  if (H5Oget_info_by_name(g, name, &info, link_access()) < 0) {
-    H5Eclear2(H5E_DEFAULT);
-    g_refused.clear();
-    return 0;
-  }
-  const std::string path = cat(w.group, "/", name);
-  if (info.type == H5O_TYPE_DATASET) w.names.push_back(path);
-  if (info.type == H5O_TYPE_GROUP && w.group.empty() &&
-      (path == "/inputs" || path == "/forward" || path == "/backward" || misspelled_group(path))) {
-    CaseWalk inner{{}, path};
-    if (H5Literate_by_name(g, name, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, case_link, &inner, link_access()) < 0)
-      return -1;
-    w.names.insert(w.names.end(), inner.names.begin(), inner.names.end());
-  }
-  return 0;
-}
-std::vector<std::string> case_dataset_paths(const H5::H5File& f, const std::string& file) {
-  CaseWalk w;
-  if (H5Literate(f.getId(), H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, case_link, &w) < 0)
-    fail(file, ": cannot list the file's datasets (", lookup_cause(), ")");
-  return w.names;
 }
 
 // Rounds an input to the dtype the stage table gives it, counting what changed.
@@ -494,7 +456,7 @@ std::map<std::string, std::string> read_root_attrs(const H5::H5File& f) {
 // Reads the sums over tokens into c, lists the per-token stages in `tok`, and notes
 // datasets that are not in the schema.
 void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, std::vector<TokenDataset>& tok) {
-  for (const std::string& path : case_dataset_paths(f, file)) {
+  for (const std::string& path : dataset_paths(f, file)) {
     std::string group = path.substr(0, path.rfind('/'));
     const Stage* s = find_stage(path.substr(path.rfind('/') + 1));
     if (s && path == dataset_path(*s)) {
