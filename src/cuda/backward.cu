@@ -9,7 +9,6 @@
 //                 dgamma = sum_j phi[j,k] P[j,k] (= sum_t x * dvecX); and in 3 + N more
 //                 blocks dalpha and dbias, the per-token terms summed by a fixed tree
 #include <algorithm>
-#include <type_traits>
 
 #include "bf16_split.cuh"
 #include "cuda_check.h"
@@ -21,25 +20,20 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr int kColTile = 256;          // columns of K per dx_param block
-// dx_param's m16 tiles (16 columns each) a warp: two up to n = 4 (32 columns, 4 a lane, 8 warps);
-// one beyond, where two tiles' accumulators of P (2 x N x 16 floats a warp) left one block of
-// 8 warps an SM at 199-255 registers (s12-9: dx_param<8> at 29% of DRAM peak, latency-bound):
-// 16 columns a warp, 2 a lane, 16 warps at most 128 registers.
-template <int n> constexpr int kMTiles = n <= 4 ? 2 : 1;
-template <int n> constexpr int kDxThreads = 32 * kColTile / (16 * kMTiles<n>);
+constexpr int kColTile = 32 * kWarps;  // columns of K per dx_param block: 32 a warp, 4 a lane
 constexpr int kChunk = 32;             // tokens staged in shared memory per dx_param step: two 16-token steps
 constexpr int kWideTokens = 264;       // token_grads' blocks in one wave at two an SM of an H100 (132 SMs;
                                        // token_grads<n, kWide> takes 73-103 registers, sm_90)
 constexpr int kSplitTok = 128;         // tokens per split at least (32 was slower at T = 128..1024: s7-3)
 constexpr int64_t kMaxSplits = 128;    // param_final adds the splits in order: 507 took ~200 µs (65000,4,16, s8-3)
 static_assert(kChunk % 16 == 0 && kChunk <= kThreads, "whole 16-token steps; one thread per token loads coef");
+static_assert(kColTile == kThreads, "dx_param loads phi's tile a column per thread");
 static_assert(kThreads % 32 == 0, "block_sums shuffles whole warps");
 
 // Fixed-order sums over the block of m values per thread, returned in every thread: a butterfly
 // in each warp (xor 16, 8, .., 1: lanes l and l^s add the same two values, so all lanes hold the
-// same bits), then the warps' sums in order. red: shared, [W][m] (W warps in the block).
-template <int m, int W = kWarps> __device__ void block_sums(float (&v)[m], float (*red)[m]) {
+// same bits), then the warps' sums in order. red: shared, [kWarps][m].
+template <int m> __device__ void block_sums(float (&v)[m], float (*red)[m]) {
 #pragma unroll
   for (int i = 0; i < m; ++i)
 #pragma unroll
@@ -51,7 +45,7 @@ template <int m, int W = kWarps> __device__ void block_sums(float (&v)[m], float
 #pragma unroll
   for (int i = 0; i < m; ++i) {
     v[i] = 0.0f;
-    for (int w = 0; w < W; ++w) v[i] += red[w][i];
+    for (int w = 0; w < kWarps; ++w) v[i] += red[w][i];
   }
   __syncthreads();  // red is free again
 }
@@ -71,19 +65,15 @@ template <int N, class F> __device__ __forceinline__ void column_params(const Bw
 }
 
 // One block's share of dalpha (c < 3) or dbias (c - 3): column c of a_tok or g_tok summed over
-// the tokens by a fixed tree (each thread its tokens in order, then block_sums). In a block
-// of kT > kThreads threads (dx_param's) the first kThreads sum as in one of kThreads and the
-// rest add zeros: the same bits.
-template <int n, int kT = kThreads> __device__ void token_param(const BwdParams& p, int c) {
+// the tokens by a fixed tree (each thread its tokens in order, then block_sums).
+template <int n> __device__ void token_param(const BwdParams& p, int c) {
   constexpr int N = n * n + 2 * n;
-  static_assert(kT % 32 == 0 && kT >= kThreads, "whole warps, kThreads summing");
-  __shared__ float red[kT / 32][1];
+  __shared__ float red[kWarps][1];
   const int C = c < 3 ? 3 : N, col = c < 3 ? c : c - 3;
   const float* in = c < 3 ? p.a_tok : p.g_tok;
   float v[1] = {0.0f};
-  if (kT == kThreads || threadIdx.x < kThreads)
-    for (int64_t t = threadIdx.x; t < p.T; t += kThreads) v[0] += in[t * C + col];
-  block_sums<1, kT / 32>(v, red);
+  for (int64_t t = threadIdx.x; t < p.T; t += kThreads) v[0] += in[t * C + col];
+  block_sums<1>(v, red);
   if (threadIdx.x == 0) (c < 3 ? p.dalpha : p.dbias)[col] = v[0];
 }
 
@@ -176,25 +166,18 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
 __device__ __forceinline__ uint32_t pair_lo(uint32_t u, uint32_t v) { return __byte_perm(u, v, 0x5410); }
 __device__ __forceinline__ uint32_t pair_hi(uint32_t u, uint32_t v) { return __byte_perm(u, v, 0x7632); }
 
-// Columns k..k+c-1 of row r of a [rows, len] bf16 tensor as W: c = 4 (uint2) or 2 (uint32_t),
-// zeros at or beyond len; one load when vec (len % c == 0, k % c == 0), else element by element.
-template <class W> __device__ __forceinline__ W load_cols(const __nv_bfloat16* __restrict__ src, int64_t r, int len, int k, bool vec) {
-  constexpr int c = int(sizeof(W)) / 2;
-  if (vec) return k < len ? *reinterpret_cast<const W*>(src + r * len + k) : W{};
+// Columns k..k+3 of row r of a [rows, len] bf16 tensor as two words (zeros at or beyond len):
+// one 8-byte load when vec (len % 4 == 0, k % 4 == 0), else element by element.
+__device__ __forceinline__ uint2 load4(const __nv_bfloat16* __restrict__ src, int64_t r, int len, int k, bool vec) {
+  if (vec) return k < len ? *reinterpret_cast<const uint2*>(src + r * len + k) : make_uint2(0, 0);
   uint32_t w[2] = {0, 0};
 #pragma unroll
-  for (int q = 0; q < c; ++q)
+  for (int q = 0; q < 4; ++q)
     if (k + q < len) w[q / 2] |= uint32_t(__bfloat16_as_ushort(src[r * len + k + q])) << (16 * (q % 2));
-  if constexpr (c == 4)
-    return make_uint2(w[0], w[1]);
-  else
-    return w[0];
+  return make_uint2(w[0], w[1]);
 }
-// Word i of 4 packed bf16 (2 words), or of 2 (one word); element q of them as a float.
-__device__ __forceinline__ uint32_t word_of(uint2 v, int i) { return i ? v.y : v.x; }
-__device__ __forceinline__ uint32_t word_of(uint32_t v, int) { return v; }
-template <class W> __device__ __forceinline__ float half_of(W v, int q) {
-  const uint32_t w = word_of(v, q / 2);
+__device__ __forceinline__ float half_of(uint2 v, int q) {  // element q (0..3) of 4 packed bf16
+  const uint32_t w = q < 2 ? v.x : v.y;
   return q % 2 ? hi_bf16(w) : lo_bf16(w);
 }
 // Rows from a dx_param lane's token o = 16 s + r of a chunk to its next: o + 1, or 16 (s + 1) after r = 3
@@ -245,11 +228,10 @@ template <int m> __device__ __forceinline__ void copy_wait() { asm volatile("cp.
 // column tile as planes for the whole split, and per chunk dh_mix as planes (staged from
 // registers loaded during the previous chunk), coef and h_pre; with kRing > 0 (n <= 4,
 // D % 8 == 0, where two blocks an SM still fit) also a ring of x and dh_in, kRing 16-token
-// steps ahead of the math (below). Warp w takes the kMt m16 tiles of columns 16 kMt w .. +16 kMt - 1 of
-// the tile (kMTiles: 2 up to n = 4, else 1); lane (g, tig) holds x and dh_in of columns
-// kCl g .. kCl g + kCl - 1 (kCl = 2 kMt) and, in each 16-token step, tokens 4tig..4tig+3:
+// steps ahead of the math (below). Warp w takes columns 32w..32w+31 of the tile; lane (g, tig)
+// holds x and dh_in of columns 4g..4g+3 and, in each 16-token step, tokens 4tig..4tig+3:
 //   dvecX = dh_mix·phi, as dvecXᵀ = phiᵀ·dh_mixᵀ (columns as m, tokens as n, j as k): m-tile
-//           mt's rows g, g + 8 are columns kCl g + 2mt, +1 and n-tile nt's columns 2tig, +1 are
+//           mt's rows g, g + 8 are columns 4g + 2mt, +1 and n-tile nt's columns 2tig, +1 are
 //           tokens 4tig + 2nt, +1, so that the accumulators land on the lane's own x. The
 //           six products of planes qa + qb <= 2 (the rest are below fp32's last bit): first
 //           those with qa + qb >= 1 (k-step by k-step), then hi·hi, one chain from zero, so
@@ -263,16 +245,11 @@ template <int m> __device__ __forceinline__ void copy_wait() { asm volatile("cp.
 // With one split (p.splits == 1) the block also writes dphi and dgamma of its columns (P through
 // shared memory, a column per thread, as param_final would from one split: the same bits), and
 // the 3 + N blocks after the column tiles compute dalpha and dbias: no param_final launch.
-// Two blocks per SM up to n = 4 (128 registers), one of 16 warps beyond; dvecX on CUDA cores
-// took 47% of the kernel's instructions (s5-6). The m-tiles of a warp change only who computes
-// each sum, not its terms or their order: the same bits for any kMTiles.
+// Two blocks per SM up to n = 4 (128 registers); dvecX on CUDA cores took 47% of the kernel's
+// instructions (s5-6).
 template <int n, int kRing>
-__global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdParams p) {
+__global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p) {
   static_assert(kRing == 0 || (n <= 4 && (kRing == 2 || kRing == 3)), "a ring of 2 or 3 steps, for two blocks an SM: n <= 4");
-  constexpr int kMt = kMTiles<n>, kCl = 2 * kMt, kT = kDxThreads<n>;  // a warp's m-tiles, a lane's columns, threads
-  static_assert(kRing == 0 || kMt == 2, "a ring step holds a warp's 32 columns");
-  static_assert(kT % kColTile == 0 && kChunk <= kT, "phi's tile: kT / kColTile threads a column; coef: a thread a token");
-  using XW = std::conditional_t<kMt == 2, uint2, uint32_t>;  // a lane's kCl columns of one row of x (or dh_in, dx)
   constexpr bool kEarly = n <= 4;  // the next chunk's fetch at the chunk's start
   constexpr int N = n * n + 2 * n, KS = ceil_div(N, 16), U = 2 * KS;  // j: k16 steps, 16-byte units
   constexpr bool kTail8 = N - 16 * (KS - 1) <= 8;                     // the last k-step as k = 8
@@ -286,18 +263,18 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
   const int ctiles = int(ceil_div(K, kColTile));
   if (int(blockIdx.x) >= ctiles) {  // one split: dalpha and dbias
     wait_prior_grid();  // token_grads' a_tok and g_tok
-    token_param<n, kT>(p, int(blockIdx.x) - ctiles);
+    token_param<n>(p, int(blockIdx.x) - ctiles);
     return;
   }
-  const int kbase = blockIdx.x * kColTile, cl = 16 * kMt * w + kCl * g, kl = kbase + cl;
+  const int kbase = blockIdx.x * kColTile, c4 = 32 * w + 4 * g, k4 = kbase + c4;
   const int64_t per = ceil_div(p.T, p.splits);
   const int64_t ta = int64_t(blockIdx.y) * per, tb = min(p.T, ta + per);
-  const bool vec = kRing > 0 || D % kCl == 0;  // then the lane's kCl columns lie in one stream, aligned for one load
+  const bool vec = kRing > 0 || D % 4 == 0;  // then 4 consecutive columns lie in one stream, 8-byte aligned
   const bool dump = p.dvecX != nullptr;
   const int64_t K64 = K, D64 = D;  // row lengths: t·K passes 2^31
   // the lane's columns: in range, and (when vec) their stream and column of dh_in, divided once
-  const bool col_in = kl < K;
-  const int stream = col_in ? kl / D : 0, kd = kl - stream * D;
+  const bool col_in = k4 < K;
+  const int stream = col_in ? k4 / D : 0, kd = k4 - stream * D;
   // the rows this lane addresses in ldmatrix: matrix mi = lane / 8, row i = lane % 8
   const int mi = lane / 8, i8 = lane % 8;
   // dvecX's B (matrices: k-half mi & 1 of n-tile mi >> 1) and P's B (j-tile mi >> 1, k-half mi & 1)
@@ -306,21 +283,21 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
   // The next chunk's dh_mix, h_pre, inv_rms and dinv_rms are loaded into registers while this
   // chunk is computed, then staged. Item e of dh_mix is token e % kChunk, j = 4 (e / kChunk)
   // .. +3 (half a unit), one 8-byte store per plane.
-  constexpr int kSQ = ceil_div(kChunk * 2 * U, kT), kHQ = ceil_div(kChunk * n, kT);
+  constexpr int kSQ = ceil_div(kChunk * 2 * U, kThreads), kHQ = ceil_div(kChunk * n, kThreads);
   struct Staged {
     float dhm[kSQ][4], hp[kHQ], ir, dinv;
   } nx;
   auto fetch = [&](int64_t c0) {
 #pragma unroll
     for (int q = 0; q < kSQ; ++q) {
-      const int e = threadIdx.x + q * kT, tt = e % kChunk, j = 4 * (e / kChunk);
+      const int e = threadIdx.x + q * kThreads, tt = e % kChunk, j = 4 * (e / kChunk);
       const bool ok = e < kChunk * 2 * U && c0 + tt < tb;
 #pragma unroll
       for (int i = 0; i < 4; ++i) nx.dhm[q][i] = ok && j + i < N ? p.dh_mix[(c0 + tt) * N + j + i] : 0.0f;
     }
 #pragma unroll
     for (int q = 0; q < kHQ; ++q) {
-      const int e = threadIdx.x + q * kT;
+      const int e = threadIdx.x + q * kThreads;
       nx.hp[q] = e < kChunk * n && c0 + e / n < tb ? p.h_pre[(c0 + e / n) * n + e % n] : 0.0f;
     }
     const bool tok = threadIdx.x < kChunk && c0 + threadIdx.x < tb;
@@ -358,25 +335,23 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
   const int rd = 2 * ring_slot(16 * tig + g / 2) + g % 2;
   if constexpr (kRing > 0)  // the first steps, under phi's tile (x and dh_in are inputs, not token_grads')
     for (int i = 0; i < kRing; ++i) copy_step(ring + i * kRingStep);
-  // phi's column tile as planes, kTC threads a column, each UT of its units; the loads of up to
-  // 4 units (32 rows) in flight at once (all of them up to n = 4)
+  // phi's column tile as planes, a column per thread, the loads of up to 4 units (32 rows) in
+  // flight at once (all of them up to n = 4)
   {
-    constexpr int kTC = kT / kColTile, UT = U / kTC, UB = UT < 4 ? UT : 4;
-    static_assert(U % kTC == 0, "whole units a thread");
-    const int c = kTC == 1 ? int(threadIdx.x) : int(threadIdx.x) % kColTile, ua = kTC == 1 ? 0 : int(threadIdx.x) / kColTile * UT;
-    const int64_t k = kbase + c;
+    const int64_t k = kbase + int(threadIdx.x);
+    constexpr int UB = U < 4 ? U : 4;
 #pragma unroll
-    for (int u0 = 0; u0 < UT; u0 += UB) {
+    for (int u0 = 0; u0 < U; u0 += UB) {
       float v[UB][8];
 #pragma unroll
       for (int u = 0; u < UB; ++u)
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-          const int j = 8 * (ua + u0 + u) + i;
-          v[u][i] = k < K && u0 + u < UT && j < N ? p.phi[int64_t(j) * K + k] : 0.0f;
+          const int j = 8 * (u0 + u) + i;
+          v[u][i] = k < K && j < N ? p.phi[int64_t(j) * K + k] : 0.0f;
         }
 #pragma unroll
-      for (int u = 0; u < UB && u0 + u < UT; ++u) {
+      for (int u = 0; u < UB && u0 + u < U; ++u) {
         uint32_t pw[kPlanes][4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
@@ -386,19 +361,19 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
         }
 #pragma unroll
         for (int q = 0; q < kPlanes; ++q)
-          phs[(q * U + ua + u0 + u) * kColTile + col_slot(c)] = make_uint4(pw[q][0], pw[q][1], pw[q][2], pw[q][3]);
+          phs[(q * U + u0 + u) * kColTile + col_slot(threadIdx.x)] = make_uint4(pw[q][0], pw[q][1], pw[q][2], pw[q][3]);
       }
     }
   }
   wait_prior_grid();  // token_grads' dh_mix and dinv_rms; phi's tile above overlapped it
   fetch(ta);
-  float gam[kCl];
+  float gam[4];
 #pragma unroll
-  for (int q = 0; q < kCl; ++q) gam[q] = kl + q < K ? p.gamma[kl + q] : 0.0f;
+  for (int q = 0; q < 4; ++q) gam[q] = k4 + q < K ? p.gamma[k4 + q] : 0.0f;
 
-  float acc[kMt][NJ][4];  // Pᵀ for m-tile mt (columns kCl g + 2mt, +1), j tile nj (the split's sum)
+  float acc[2][NJ][4];  // Pᵀ for m-tile mt (columns 4g + 2mt, +1), j tile nj (the split's sum)
 #pragma unroll
-  for (int mt = 0; mt < kMt; ++mt)
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
@@ -408,7 +383,7 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
     __syncthreads();  // the previous chunk is done with the shared tiles (and phi's planes are in)
 #pragma unroll
     for (int q = 0; q < kSQ; ++q) {
-      const int e = threadIdx.x + q * kT, tt = e % kChunk, hu = e / kChunk;
+      const int e = threadIdx.x + q * kThreads, tt = e % kChunk, hu = e / kChunk;
       if (e >= kChunk * 2 * U) break;
       uint32_t pw[kPlanes][2];
 #pragma unroll
@@ -423,7 +398,7 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
     }
 #pragma unroll
     for (int q = 0; q < kHQ; ++q) {
-      const int e = threadIdx.x + q * kT;
+      const int e = threadIdx.x + q * kThreads;
       if (e < kChunk * n) hp[e / n][e % n] = nx.hp[q];
     }
     if (threadIdx.x < kChunk) coef[threadIdx.x] = nx.dinv * nx.ir * nx.ir * nx.ir / float(K);
@@ -437,12 +412,12 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
     // issued before the math. The lane's tokens are t0 + o, o = 16 s + r, in range for o < left
     // (none where its columns are out of range). vec is tested once per chunk, and the rows are
     // walked by pointers, each row's the last one's plus next_row(r)·K (·D in dh_in), a 64-bit
-    // add: row offsets written as xoff + o·K were folded back into (t0 + o)·K + kl, a 64-bit
+    // add: row offsets written as xoff + o·K were folded back into (t0 + o)·K + k4, a 64-bit
     // product a row (~190 instructions per chunk for the 16 loads, behind per-row branches on
     // vec: s6-6, change 38). dx is [T, K] as x: its row pointer dxr walks the same way.
-    const int64_t t0 = c0 + 4 * tig, xoff = t0 * K64 + kl;
+    const int64_t t0 = c0 + 4 * tig, xoff = t0 * K64 + k4;
     const int left = col_in ? int(min(tb - t0, int64_t(kChunk))) : 0;
-    XW xv[kChunk / 16][4], gv[kChunk / 16][4];
+    uint2 xv[kChunk / 16][4], gv[kChunk / 16][4];
     __nv_bfloat16* dxr = p.dx + xoff;
     if constexpr (kRing == 0) {
       if (vec) {
@@ -453,19 +428,19 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int o = 16 * s + r;
-            xv[s][r] = o < left ? *reinterpret_cast<const XW*>(xr) : XW{};
-            gv[s][r] = o < left ? *reinterpret_cast<const XW*>(gr) : XW{};
+            xv[s][r] = o < left ? *reinterpret_cast<const uint2*>(xr) : make_uint2(0, 0);
+            gv[s][r] = o < left ? *reinterpret_cast<const uint2*>(gr) : make_uint2(0, 0);
             xr += next_row(r) * K64;
             gr += next_row(r) * D64;
           }
-      } else {  // element by element (x by kCl columns where K % kCl == 0); dh_in is read by dx's stores
+      } else {  // element by element (x by 8 bytes where K % 4 == 0); dh_in is read by dx's stores
 #pragma unroll
         for (int s = 0; s < kChunk / 16; ++s)
 #pragma unroll
           for (int r = 0; r < 4; ++r) {
             const int o = 16 * s + r;
-            xv[s][r] = o < left ? load_cols<XW>(p.x, t0 + o, K, kl, K % kCl == 0) : XW{};
-            gv[s][r] = XW{};
+            xv[s][r] = o < left ? load4(p.x, t0 + o, K, k4, K % 4 == 0) : make_uint2(0, 0);
+            gv[s][r] = make_uint2(0, 0);
           }
       }
     }
@@ -477,7 +452,7 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
       // ldmatrix rows: dh_mix (k = j, n = tokens) and phi (m = columns, k = j) of plane q, k-step ks
       auto b_row = [&](int q, int ks) { return &dhs[(q * U + 2 * ks + tok_unit) * kChunk + 16 * s + tok_row]; };
       auto a_row = [&](int q, int mt, int ks) {
-        return &phs[(q * U + 2 * ks + (mi >> 1)) * kColTile + col_slot(cl - kCl * g + kCl * i8 + 2 * mt + (mi & 1))];
+        return &phs[(q * U + 2 * ks + (mi >> 1)) * kColTile + col_slot(c4 - 4 * g + 4 * i8 + 2 * mt + (mi & 1))];
       };
       // their fragments; a k = 8 step takes the first k-half alone (ldmatrix.x2: matrices 0, 1 of
       // phi's rows; dh_mix's k-half 0 of n-tiles 0, 1, the rows of P's B below)
@@ -499,16 +474,16 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
           ldsm_x4<false>(b, b_row(q, ks));
         }
       };
-      float dvp[kMt][2][4];  // [mt][nt]: dvecXᵀ fragments
+      float dvp[2][2][4];  // [mt][nt]: dvecXᵀ fragments
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt)
+      for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
           for (int i = 0; i < 4; ++i) dvp[mt][nt][i] = 0.0f;
-      auto mma4 = [&](const uint32_t (&a)[kMt][4], const uint32_t (&b)[4], int ks) {
+      auto mma4 = [&](const uint32_t (&a)[2][4], const uint32_t (&b)[4], int ks) {
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt)
+        for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
           for (int nt = 0; nt < 2; ++nt)
             if (kTail8 && ks == KS - 1)
@@ -523,22 +498,22 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
         for (int q = 0; q < kPlanes; ++q) load_b(b[q], q, ks);
 #pragma unroll
         for (int qa = 0; qa < kPlanes; ++qa) {
-          uint32_t a[kMt][4];
+          uint32_t a[2][4];
 #pragma unroll
-          for (int mt = 0; mt < kMt; ++mt) load_a(a[mt], qa, mt, ks);
+          for (int mt = 0; mt < 2; ++mt) load_a(a[mt], qa, mt, ks);
 #pragma unroll
           for (int qb = kPlanes - 1 - qa; qb >= (qa == 0 ? 1 : 0); --qb) mma4(a, b[qb], ks);
         }
       }
 #pragma unroll
       for (int ks = 0; ks < KS; ++ks) {  // hi·hi
-        uint32_t a[kMt][4], b[4];
+        uint32_t a[2][4], b[4];
         load_b(b, 0, ks);
 #pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) load_a(a[mt], 0, mt, ks);
+        for (int mt = 0; mt < 2; ++mt) load_a(a[mt], 0, mt, ks);
         mma4(a, b, ks);
       }
-      // dvecX for token 4tig + r, column kCl g + q: fragment (mt, nt) = (q / 2, r / 2), element r % 2 + 2 (q % 2)
+      // dvecX for token 4tig + r, column 4g + q: fragment (mt, nt) = (q / 2, r / 2), element r % 2 + 2 (q % 2)
       auto dv = [&](int r, int q) { return dvp[q / 2][r / 2][r % 2 + 2 * (q % 2)]; };
       // kRing > 0: the step's x and dh_in from its slot, zeros where the loads above give zeros; here,
       // after dvecX, not at the step's start, where they would be live through it (ptxas: 36
@@ -559,22 +534,20 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
 #pragma unroll
           for (int r = 0; r < 4; ++r)
             if (16 * s + r < left)
-              if constexpr (kCl == 4)
-                *reinterpret_cast<float4*>(p.dvecX + xoff + (16 * s + r) * K64) = make_float4(dv(r, 0), dv(r, 1), dv(r, 2), dv(r, 3));
-              else
-                *reinterpret_cast<float2*>(p.dvecX + xoff + (16 * s + r) * K64) = make_float2(dv(r, 0), dv(r, 1));
+              *reinterpret_cast<float4*>(p.dvecX + xoff + (16 * s + r) * K64) =
+                  make_float4(dv(r, 0), dv(r, 1), dv(r, 2), dv(r, 3));
 #pragma unroll
         for (int r = 0; r < 4; ++r) {
           const int tt = tt0 + r, o = 16 * s + r;
           if (o < left) {
-            float out[kCl];
+            float out[4];
 #pragma unroll
-            for (int q = 0; q < kCl; ++q)
+            for (int q = 0; q < 4; ++q)
               out[q] = dv(r, q) * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][stream] * half_of(gv[s][r], q);
-            __align__(8) __nv_bfloat16 b[kCl];
+            __align__(8) __nv_bfloat16 b[4];
 #pragma unroll
-            for (int q = 0; q < kCl; ++q) b[q] = __float2bfloat16_rn(out[q]);
-            *reinterpret_cast<XW*>(dxr) = *reinterpret_cast<const XW*>(b);
+            for (int q = 0; q < 4; ++q) b[q] = __float2bfloat16_rn(out[q]);
+            *reinterpret_cast<uint2*>(dxr) = *reinterpret_cast<const uint2*>(b);
           }
           dxr += next_row(r) * K64;
         }
@@ -585,8 +558,8 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
           const int64_t t = c0 + tt;
           if (o >= left) continue;
 #pragma unroll
-          for (int q = 0; q < kCl; ++q) {
-            const int k = kl + q;
+          for (int q = 0; q < 4; ++q) {
+            const int k = k4 + q;
             if (k >= K) break;
             const float gi = __bfloat162float(p.dh_in[t * D + k % D]);
             p.dx[t * K + k] = __float2bfloat16_rn(dv(r, q) * gam[q] - coef[tt] * half_of(xv[s][r], q) + hp[tt][k / D] * gi);
@@ -598,66 +571,59 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
 
     if constexpr (!kEarly)
       if (c0 + kChunk < tb) fetch(c0 + kChunk);
-    // P: the chunk's chain (token step 0 then 1; planes lo, mid, hi) from zero, then into the
-    // split's sum; in passes of kJP j-tiles (all at once where a warp has two m-tiles; two where
-    // it has one, fewer accumulators live at n = 8: 204 bytes of spills, sm_90), each
-    // accumulator's chain the same
-    constexpr int kJP = kMt == 2 ? NJ : 2;
+    // P: the chunk's chain (token step 0 then 1; planes lo, mid, hi) from zero, then into the split's sum
+    float cc[2][NJ][4];
 #pragma unroll
-    for (int j0 = 0; j0 < NJ; j0 += kJP) {
-      float cc[kMt][kJP][4];
+    for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt)
+      for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
-        for (int h = 0; h < kJP; ++h)
+        for (int i = 0; i < 4; ++i) cc[mt][nj][i] = 0.0f;
 #pragma unroll
-          for (int i = 0; i < 4; ++i) cc[mt][h][i] = 0.0f;
+    for (int s = 0; s < kChunk / 16; ++s) {
+      // A fragments from the x rows (tokens 4tig, +1 | +2, +3): row g of m-tile mt is column
+      // 4g + 2mt (low halves of word mt of each row), row g + 8 column 4g + 2mt + 1 (high halves)
+      uint32_t af[2][4];
 #pragma unroll
-      for (int s = 0; s < kChunk / 16; ++s) {
-        // A fragments from the x rows (tokens 4tig, +1 | +2, +3): row g of m-tile mt is column
-        // kCl g + 2mt (low halves of word mt of each row), row g + 8 column kCl g + 2mt + 1 (high halves)
-        uint32_t af[kMt][4];
-#pragma unroll
-        for (int mt = 0; mt < kMt; ++mt) {
-          const uint32_t u0 = word_of(xv[s][0], mt), u1 = word_of(xv[s][1], mt);
-          const uint32_t u2 = word_of(xv[s][2], mt), u3 = word_of(xv[s][3], mt);
-          af[mt][0] = pair_lo(u0, u1), af[mt][1] = pair_hi(u0, u1), af[mt][2] = pair_lo(u2, u3), af[mt][3] = pair_hi(u2, u3);
-        }
-#pragma unroll
-        for (int q = kPlanes - 1; q >= 0; --q)  // lo, mid, hi
-#pragma unroll
-          for (int nj = j0; nj < j0 + kJP && nj < NJ; nj += 2) {
-            uint32_t b[4];  // matrices (j-tile nj | nj + 1) x (logical tokens 0-7 | 8-15), transposed
-            ldsm_x4<true>(b, &dhs[(q * U + nj + ptok_unit) * kChunk + 16 * s + ptok_row]);
-#pragma unroll
-            for (int mt = 0; mt < kMt; ++mt)
-#pragma unroll
-              for (int h = 0; h < 2 && nj + h < NJ; ++h)
-                mma_bf16(cc[mt][nj - j0 + h], af[mt][0], af[mt][1], af[mt][2], af[mt][3], b[2 * h], b[2 * h + 1]);
-          }
+      for (int mt = 0; mt < 2; ++mt) {
+        const uint32_t u0 = mt ? xv[s][0].y : xv[s][0].x, u1 = mt ? xv[s][1].y : xv[s][1].x;
+        const uint32_t u2 = mt ? xv[s][2].y : xv[s][2].x, u3 = mt ? xv[s][3].y : xv[s][3].x;
+        af[mt][0] = pair_lo(u0, u1), af[mt][1] = pair_hi(u0, u1), af[mt][2] = pair_lo(u2, u3), af[mt][3] = pair_hi(u2, u3);
       }
 #pragma unroll
-      for (int mt = 0; mt < kMt; ++mt)
+      for (int q = kPlanes - 1; q >= 0; --q)  // lo, mid, hi
 #pragma unroll
-        for (int h = 0; h < kJP && j0 + h < NJ; ++h)
+        for (int nj = 0; nj < NJ; nj += 2) {
+          uint32_t b[4];  // matrices (j-tile nj | nj + 1) x (logical tokens 0-7 | 8-15), transposed
+          ldsm_x4<true>(b, &dhs[(q * U + nj + ptok_unit) * kChunk + 16 * s + ptok_row]);
 #pragma unroll
-          for (int i = 0; i < 4; ++i) acc[mt][j0 + h][i] += cc[mt][h][i];
+          for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int h = 0; h < 2 && nj + h < NJ; ++h)
+              mma_bf16(cc[mt][nj + h], af[mt][0], af[mt][1], af[mt][2], af[mt][3], b[2 * h], b[2 * h + 1]);
+        }
     }
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+      for (int nj = 0; nj < NJ; ++nj)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[mt][nj][i] += cc[mt][nj][i];
   }
   if constexpr (kRing > 0) copy_wait<0>();  // the copies past the split (zeros) land before the block ends
-  // C fragment element i: row g (i < 2) or g + 8 of m-tile mt, i.e. column kCl g + 2mt + i / 2;
+  // C fragment element i: row g (i < 2) or g + 8 of m-tile mt, i.e. column 4g + 2mt + i / 2;
   // n-index 2tig + i % 2 of j-tile nj. One split: P[j][column] in shared memory (phi's tile
   // is free after the barrier; N·kColTile floats fit in its kPlanes·U·kColTile units).
   allow_dependents();
   float* ps = reinterpret_cast<float*>(phs);
   if (p.splits == 1) __syncthreads();
 #pragma unroll
-  for (int mt = 0; mt < kMt; ++mt)
+  for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
     for (int nj = 0; nj < NJ; ++nj)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int c = cl + 2 * mt + i / 2, j = 8 * nj + 2 * tig + i % 2;
+        const int c = c4 + 2 * mt + i / 2, j = 8 * nj + 2 * tig + i % 2;
         if (j >= N) continue;
         if (p.splits == 1)
           ps[j * kColTile + c] = acc[mt][nj][i];
@@ -667,7 +633,7 @@ __global__ void __launch_bounds__(kDxThreads<n>, n <= 4 ? 2 : 1) dx_param(BwdPar
   if (p.splits == 1) {
     __syncthreads();
     const int k = kbase + int(threadIdx.x);
-    if ((kT == kColTile || threadIdx.x < kColTile) && k < K) column_params<N>(p, K, k, [&](int j) { return 0.0f + ps[j * kColTile + threadIdx.x]; });
+    if (k < K) column_params<N>(p, K, k, [&](int j) { return 0.0f + ps[j * kColTile + threadIdx.x]; });
   }
 }
 
@@ -807,10 +773,10 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
     // A dependent, except where two of its blocks may share an SM (n <= 4) and each walks more
     // than two chunks: there it lost (T = 128: 27.8 -> 33.0 µs, T = 200: 38.6 -> 48.0; s8-1,
     // s8-2), while at T = 64 and at n = 8 it won 3-4 µs.
-    launch_after(n > 4 || p.T <= 2 * kChunk, dx_kernel, ctiles + 3 + N, kDxThreads<n>, smem, s, p);
+    launch_after(n > 4 || p.T <= 2 * kChunk, dx_kernel, ctiles + 3 + N, kThreads, smem, s, p);
     return;
   }
-  launch_after(true, dx_kernel, dim3(ctiles, unsigned(p.splits)), kDxThreads<n>, smem, s, p);
+  launch_after(true, dx_kernel, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
   const unsigned ptiles = kByColumns<N> ? unsigned(ceil_div(K, kParamCols)) : ktiles;  // param_final's column blocks
   launch_after(true, param_final<n>, ptiles + 3 + N, kThreads, 0, s, p, int(ptiles));
 }
