@@ -103,6 +103,15 @@ TEST_SUITE("hostile") {
     h.expect_error("run " + h.in + " " + h.out, {"/inputs/phi"});
   }
 
+  TEST_CASE("objects inside more than 32 nested groups are refused at once (HDF5's walk is cubic in the depth: 2000 took 70 s)") {
+    Hostile h("nested");
+    h.edit("f.create_group('/'.join(['u'] * 32)).create_dataset('leaf', data=[1.0])");
+    CHECK(test::sh(test::mhc("inspect " + h.in)).rc == 0);  // 32 levels: the user's own, allowed
+    h.edit("f.create_group('/'.join(['v'] * 2000))");
+    h.expect_error("inspect " + h.in, {"in.h5", "more than 32 nested groups", "/v/v/v/"});
+    h.expect_error("diff " + h.in + " " + h.in, {"in.h5", "more than 32 nested groups"});
+  }
+
   TEST_CASE("a FIFO input is refused, not waited on; a device output is never replaced, even with --force") {
     Hostile h("special");
     std::string fifo = h.dir + "/fifo.h5";
