@@ -140,15 +140,17 @@ TEST_SUITE("hostile") {
     CHECK(load_case(h.dir + "/race.h5", LoadOptions{}, false).prob.T() == 64);
   }
 
-  TEST_CASE("SIGTERM and SIGINT during a run remove the temporary file and exit 128+signal") {
+  TEST_CASE("SIGTERM, SIGINT and SIGUSR1 during a run remove the temporary file and exit 128+signal; an ignored SIGHUP stays ignored") {
     Hostile h("signal");
     save_case(h.in, generate_case(parse_shape("4096,4,2048"), 4, true));
-    for (int sig : {SIGTERM, SIGINT}) {
-      auto r = test::sh(test::mhc("run -q " + h.in + " " + h.out) + " & p=$!; sleep 0.4; kill -" + std::to_string(sig) +
-                        " $p; wait $p; echo $?");
+    // env --default-signal=INT: sh starts a background job with SIGINT ignored, and mhc keeps a signal ignored at its start
+    const std::string run = "env --default-signal=INT " + test::mhc("run -q " + h.in + " " + h.out);
+    for (int sig : {SIGTERM, SIGINT, SIGUSR1, 0}) {
+      const std::string kill = sig ? cat("kill -", sig, " $p; ") : "kill -HUP $p; sleep 0.2; kill -TERM $p; ";
+      auto r = test::sh((sig ? run : "(trap '' HUP; exec " + run + ")") + " & p=$!; sleep 0.4; " + kill + "wait $p; echo $?");
       CAPTURE(sig);
       int rc = std::stoi(r.out);
-      CHECK((rc == 128 + sig || rc == 0));  // 0: it finished first (then the output is complete)
+      CHECK((rc == 128 + (sig ? sig : SIGTERM) || rc == 0));  // 0: it finished first (then the output is complete)
       for (auto& e : std::filesystem::directory_iterator(h.dir))
         CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
       if (rc == 0) std::filesystem::remove(h.out);
@@ -233,15 +235,15 @@ TEST_SUITE("hostile") {
     CHECK(ok.rc == 0);
   }
 
-  TEST_CASE("exec: --timeout and SIGTERM/SIGINT kill the command's whole process group and remove the temporary directory") {
+  TEST_CASE("exec: --timeout and SIGTERM/SIGINT/SIGUSR1 kill the command's whole process group and remove the temporary directory") {
     Hostile h("exec_kill");
     const std::string pid_file = h.dir + "/sleep.pid";
     // a program that ignores SIGTERM and leaves a grandchild behind (the shell's own child)
     const std::string slow = h.script("slow.sh", "#!/bin/sh\ntrap '' TERM\nsleep 30 &\necho $! > " + pid_file + "\nwait\n");
-    const std::string run = "TMPDIR=" + h.dir + " " + test::mhc("run --backend 'exec:" + slow + " {in} {out}' ");
+    const std::string run = "TMPDIR=" + h.dir + " env --default-signal=INT " + test::mhc("run --backend 'exec:" + slow + " {in} {out}' ");
     h.expect_error("run --timeout 1 --backend 'exec:" + slow + " {in} {out}' " + h.in + " " + h.out, {"did not finish within 1 s"});
     CHECK(gone(pid_file));
-    for (int sig : {SIGTERM, SIGINT}) {
+    for (int sig : {SIGTERM, SIGINT, SIGUSR1}) {
       CAPTURE(sig);
       std::filesystem::remove(pid_file);
       auto r = test::sh(run + h.in + " " + h.out + " & p=$!; for i in $(seq 100); do [ -s " + pid_file +

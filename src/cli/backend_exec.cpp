@@ -12,11 +12,11 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <iterator>
 #include <thread>
 
 #include "backends.h"
 #include "h5io.h"
+#include "output_file.h"
 
 namespace mhc {
 namespace {
@@ -33,14 +33,11 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-// While a command runs, a termination signal (SIGINT, SIGTERM, SIGHUP) must not leave it
-// running nor leave its temporary directory (a full copy of the inputs) behind. main()'s
-// handler (output_file.cpp) removes mhc's temporary output and exits; ours, installed for the
-// directory's lifetime, kills the command's process group, removes the directory and then
-// hands the signal on to it. Everything it touches is async-signal-safe.
-constexpr int kTermSignals[] = {SIGINT, SIGTERM, SIGHUP};
-struct sigaction g_previous[std::size(kTermSignals)];  // the handlers ours hands on to
-char g_dir[4096];                                        // the temporary directory
+// While a command runs, a termination signal must not leave it running nor leave its
+// temporary directory (a full copy of the inputs) behind: for the directory's lifetime the
+// handler of output_file.cpp first runs cleanup(), which kills the command's process group and
+// removes the directory. Everything it touches is async-signal-safe.
+char g_dir[4096];  // the temporary directory
 volatile sig_atomic_t g_have_dir = 0;
 volatile sig_atomic_t g_group = 0;  // the running command's process group, 0 when none
 
@@ -61,16 +58,9 @@ void remove_tree(int at, const char* name, int depth) {
   unlinkat(at, name, AT_REMOVEDIR);
 }
 
-void on_signal(int sig, siginfo_t* info, void* context) {
+void cleanup() {
   if (pid_t group = g_group; group > 0) kill(-group, SIGKILL);
   if (g_have_dir) remove_tree(AT_FDCWD, g_dir, 0);
-  size_t i = 0;
-  while (kTermSignals[i] != sig) ++i;
-  const struct sigaction& prev = g_previous[i];
-  if (prev.sa_flags & SA_SIGINFO) return prev.sa_sigaction(sig, info, context);
-  if (prev.sa_handler != SIG_DFL && prev.sa_handler != SIG_IGN) return prev.sa_handler(sig);
-  sigaction(sig, &prev, nullptr);  // the default action: the signal, blocked here, ends mhc on return
-  raise(sig);
 }
 
 // A temporary directory, removed with everything in it when this goes out of scope or a
@@ -85,21 +75,13 @@ struct TempDir {
     MHC_CHECK(path.size() < sizeof g_dir && !g_have_dir, "one exec command at a time");
     std::memcpy(g_dir, path.c_str(), path.size() + 1);
     g_have_dir = 1;
-    struct sigaction sa {};
-    sa.sa_sigaction = on_signal;
-    sa.sa_flags = SA_SIGINFO;
-    sigemptyset(&sa.sa_mask);
-    for (int sig : kTermSignals) sigaddset(&sa.sa_mask, sig);  // one cleanup at a time
-    for (size_t i = 0; i < std::size(kTermSignals); ++i) {
-      sigaction(kTermSignals[i], nullptr, &g_previous[i]);
-      if (g_previous[i].sa_handler != SIG_IGN) sigaction(kTermSignals[i], &sa, nullptr);  // nohup stays nohup
-    }
+    on_termination(cleanup);
   }
   ~TempDir() {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);  // a signal meanwhile finishes the removal itself
     g_have_dir = 0;
-    for (size_t i = 0; i < std::size(kTermSignals); ++i) sigaction(kTermSignals[i], &g_previous[i], nullptr);
+    on_termination(nullptr);
   }
 };
 
@@ -125,17 +107,13 @@ void run_command(const std::string& shown, const std::string& command, double ti
   std::fflush(nullptr);
   // Termination signals wait until the group is registered for the handler (and, in the
   // child, until it has the default handlers back).
-  sigset_t term, old;
-  sigemptyset(&term);
-  for (int sig : kTermSignals) sigaddset(&term, sig);
+  const sigset_t term = termination_signals();
+  sigset_t old;
   pthread_sigmask(SIG_BLOCK, &term, &old);
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
-    for (int sig : kTermSignals) {
-      struct sigaction sa {};
-      if (sigaction(sig, nullptr, &sa) == 0 && sa.sa_handler != SIG_IGN) signal(sig, SIG_DFL);
-    }
+    default_termination_signals();
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     dup2(2, 1);
     execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));

@@ -16,9 +16,13 @@
 namespace mhc {
 namespace {
 
-// The temporary file being written, for the signal handler (one output at a time).
+// The temporary file being written, for the signal handler (one output at a time), and the
+// cleanup it runs first.
 char g_temp[4096];
 volatile sig_atomic_t g_have_temp = 0;
+void (*volatile g_cleanup)() = nullptr;
+
+constexpr int kTermSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM};
 
 void on_signal(int sig) {
   remove_temp_now();
@@ -106,15 +110,38 @@ void OutputFile::commit() {
 }
 
 void remove_temp_now() {
+  if (void (*cleanup)() = g_cleanup) cleanup();
   if (g_have_temp) unlink(g_temp);
+}
+
+sigset_t termination_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kTermSignals) sigaddset(&set, sig);
+  return set;
 }
 
 void remove_temp_on_signal() {
   struct sigaction sa{};
   sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  sa.sa_mask = termination_signals();  // one cleanup at a time
+  for (int sig : kTermSignals) {
+    struct sigaction now{};
+    if (sigaction(sig, nullptr, &now) == 0 && now.sa_handler != SIG_IGN) sigaction(sig, &sa, nullptr);  // nohup stays nohup
+  }
   signal(SIGXFSZ, SIG_IGN);  // past a file-size limit, write() fails with EFBIG: an error, not a kill
+}
+
+void default_termination_signals() {
+  for (int sig : kTermSignals) {
+    struct sigaction now{};
+    if (sigaction(sig, nullptr, &now) == 0 && now.sa_handler != SIG_IGN) signal(sig, SIG_DFL);
+  }
+}
+
+void on_termination(void (*cleanup)()) {
+  MHC_CHECK(!cleanup || !g_cleanup, "one termination cleanup at a time");
+  g_cleanup = cleanup;
 }
 
 }  // namespace mhc

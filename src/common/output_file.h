@@ -1,7 +1,9 @@
 // output_file.h — how mhc writes an output: into a temporary file beside it, moved into
-// place only when complete. Nothing partial survives an error or SIGINT/SIGTERM/SIGHUP;
+// place only when complete. Nothing partial survives an error or a termination signal;
 // an input is never overwritten; without `replace`, of two racing writers exactly one wins.
 #pragma once
+#include <signal.h>
+
 #include <string>
 
 namespace mhc {
@@ -25,12 +27,26 @@ class OutputFile {
   bool replace_, committed_ = false;
 };
 
-// Installs the SIGINT/SIGTERM/SIGHUP handler that removes the current temporary file and
-// exits with 128 + the signal number, and ignores SIGXFSZ so that a file-size limit is a
-// write error (EFBIG). main() calls it once.
+// Installs the handler of the termination signals (SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2,
+// SIGALRM; one ignored at start, as SIGHUP under nohup, stays ignored): it runs the cleanup
+// set by on_termination, removes the current temporary file and exits with 128 + the signal
+// number. It also ignores SIGXFSZ, so that a file-size limit is a write error (EFBIG). main()
+// calls it once.
 void remove_temp_on_signal();
 
-// Removes the temporary file being written, if any: async-signal-safe, for signal handlers.
+// The termination signals, as a set: blocked around a fork.
+sigset_t termination_signals();
+
+// In a forked child, before exec: the termination signals' default actions back (those
+// ignored stay ignored).
+void default_termination_signals();
+
+// A cleanup for the handler to run first, e.g. killing a child's process group: one at a time,
+// async-signal-safe; nullptr clears it.
+void on_termination(void (*cleanup)());
+
+// Runs the cleanup and removes the temporary file being written, if any: async-signal-safe,
+// for signal handlers.
 void remove_temp_now();
 
 }  // namespace mhc
