@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -110,6 +111,27 @@ TEST_SUITE("hostile") {
     h.edit("f.create_group('/'.join(['v'] * 2000))");
     h.expect_error("inspect " + h.in, {"in.h5", "more than 32 nested groups", "/v/v/v/"});
     h.expect_error("diff " + h.in + " " + h.in, {"in.h5", "more than 32 nested groups"});
+  }
+
+  TEST_CASE("an output never replaces a file the input reads through an external link or external storage") {
+    Hostile h("reads");
+    const std::string params = h.dir + "/params.h5", alpha = h.dir + "/alpha.bin";
+    h.edit(cat("p = h5py.File('", params, "', 'w'); p['phi'] = f['inputs/phi'][()]; p.close(); del f['inputs/phi']; ",
+               "f['inputs/phi'] = h5py.ExternalLink('params.h5', '/phi'); a = f['inputs/alpha'][()]; del f['inputs/alpha']; ",
+               "f.create_dataset('inputs/alpha', data=a, external=[('", alpha, "', 0, a.nbytes)])"));
+    REQUIRE(test::sh(test::mhc("run -q " + h.in + " " + h.out)).rc == 0);  // the case reads both
+    std::filesystem::remove(h.out);
+    const std::string p0 = test::read_bytes(params), a0 = test::read_bytes(alpha);
+    h.expect_error("run --force " + h.in + " " + params, {"params.h5: an input reads this file"});
+    h.expect_error("run --force " + h.in + " " + alpha, {"alpha.bin: an input reads this file"});
+    h.expect_error("diff cpu cpu:fp64 --input " + h.in + " --report " + params, {"an input reads this file"});
+    CHECK(test::read_bytes(params) == p0);
+    CHECK(test::read_bytes(alpha) == a0);
+    // a symbolic link to nothing: neither written through nor replaced
+    REQUIRE(symlink((h.dir + "/nowhere.h5").c_str(), (h.dir + "/dangling.h5").c_str()) == 0);
+    for (const char* force : {"", "--force "})
+      h.expect_error(cat("run ", force, h.in, " ", h.dir, "/dangling.h5"), {"dangling.h5: a symbolic link to nothing"});
+    CHECK(std::filesystem::is_symlink(h.dir + "/dangling.h5"));
   }
 
   TEST_CASE("a FIFO input is refused, not waited on; a device output is never replaced, even with --force") {

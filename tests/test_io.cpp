@@ -89,13 +89,15 @@ TEST_SUITE("hdf5") {
     const std::string dir = test::tmpdir("hostile_storage");
     save_case(dir + "/in.h5", test::golden(parse_shape("8,4,8"), 5, Precision::fp32, false).inputs_only());
     REQUIRE(test::sh("rm -f " + dir + "/fifo && mkfifo " + dir + "/fifo").rc == 0);
-    // /inputs/x: an external link into the FIFO; raw data stored externally in it; a virtual
+    // /inputs/x: an external link into the FIFO (by its name, or by a missing absolute name with
+    // its last component); raw data stored externally in it; a virtual
     // dataset whose source is itself
     const std::string py = cat(MHC_PYTHON, " -c \"import h5py, shutil, numpy as np\n"
-                               "for k in ('link', 'raw', 'vds'):\n"
+                               "for k in ('link', 'abslink', 'raw', 'vds'):\n"
                                "    shutil.copy('", dir, "/in.h5', '", dir, "/' + k + '.h5')\n"
                                "    f = h5py.File('", dir, "/' + k + '.h5', 'r+'); del f['inputs/x']\n"
                                "    if k == 'link': f['inputs/x'] = h5py.ExternalLink('", dir, "/fifo', '/x')\n"
+                               "    if k == 'abslink': f['inputs/x'] = h5py.ExternalLink('/nonexistent/dir/fifo', '/x')\n"
                                "    if k == 'raw': f.create_dataset('inputs/x', (8, 4, 8), np.float32, external=[('", dir,
                                "/fifo', 0, 1024)])\n"
                                "    if k == 'vds':\n"
@@ -103,7 +105,9 @@ TEST_SUITE("hdf5") {
                                "        f.create_virtual_dataset('inputs/x', l)\n"
                                "    f.close()\"");
     REQUIRE(test::sh(py).rc == 0);
-    for (auto [k, why] : {std::pair{"link", "an external link into "}, std::pair{"raw", "stored externally in "},
+    // abslink: a missing absolute name, whose last component HDF5 then tries beside the linking file
+    for (auto [k, why] : {std::pair{"link", "an external link into "}, std::pair{"abslink", "an external link into "},
+                          std::pair{"raw", "stored externally in "},
                           std::pair{"vds", "a virtual dataset"}}) {
       CAPTURE(k);
       auto r = test::sh("timeout 20 " + test::mhc(cat("run -q ", dir, "/", k, ".h5 ", dir, "/out.h5")));

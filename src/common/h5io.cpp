@@ -16,6 +16,7 @@
 #include <iostream>
 #include <memory>
 
+#include "output_file.h"
 #include "read_guard.h"
 #include "version.h"
 
@@ -91,13 +92,19 @@ bool regular_or_absent(const std::string& name) {
   struct stat st;
   return stat(name.c_str(), &st) != 0 || S_ISREG(st.st_mode);
 }
+// Every name HDF5 may try for the link's file: as given (relative: to the working directory),
+// beside the linking file, and its last component in both places (HDF5 retries those when an
+// absolute name is missing). Each one that exists is noted as read: no output replaces it.
 herr_t regular_files_only(const char* parent_file, const char*, const char* child_file, const char*, unsigned*, hid_t, void*) {
-  std::string child = child_file, parent = parent_file, dir = parent.substr(0, parent.rfind('/') + 1);
-  for (const std::string& name : {child, child[0] == '/' ? child : dir + child})
+  const std::string child = child_file, parent = parent_file, dir = parent.substr(0, parent.rfind('/') + 1);
+  const std::string base = child.substr(child.rfind('/') + 1);
+  for (const std::string& name : {child, child[0] == '/' ? child : dir + child, base, dir + base}) {
     if (!regular_or_absent(name)) {
       g_refused = name;
       return -1;
     }
+    note_read_file(name);
+  }
   return 0;
 }
 hid_t link_access() {
@@ -194,8 +201,9 @@ void check_storage(const H5::DataSet& ds, const Shape& shape, const std::string&
     char name[4096] = "";
     off_t offset;
     hsize_t size;
-    if (H5Pget_external(dcpl, unsigned(i), sizeof name, name, &offset, &size) >= 0 && !regular_or_absent(name))
-      not_regular = name;
+    if (H5Pget_external(dcpl, unsigned(i), sizeof name, name, &offset, &size) < 0) continue;
+    if (!regular_or_absent(name)) not_regular = name;
+    note_read_file(name);  // relative: to the working directory, where libhdf5 1.10 looks by default
   }
   if (dcpl >= 0) H5Pclose(dcpl);
   if (layout == H5D_VIRTUAL) fail(file, ": ", path, ": a virtual dataset (not read: store the data itself)");
@@ -502,7 +510,12 @@ H5::H5File open_h5(const std::string& path) {
   if (stat(path.c_str(), &st) != 0) fail(path, ": cannot open: ", std::strerror(errno));
   if (S_ISDIR(st.st_mode)) fail(path, ": is a directory, expected an HDF5 file");
   if (!S_ISREG(st.st_mode)) fail(path, ": is not a regular file (a FIFO or device?), expected an HDF5 file");
+  if (int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC); fd < 0)
+    fail(path, ": cannot read: ", std::strerror(errno));
+  else
+    close(fd);
   if (H5Fis_hdf5(path.c_str()) <= 0) fail(path, ": not an HDF5 file");
+  note_read_file(path);
   try {
     return H5::H5File(path, H5F_ACC_RDONLY);
   } catch (const H5::Exception&) {

@@ -5,11 +5,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "error.h"
 
@@ -27,6 +29,19 @@ constexpr int kTermSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGAL
 void on_signal(int sig) {
   remove_temp_now();
   _exit(128 + sig);
+}
+
+// The files inputs read, by name: compared by (device, inode) when an output is checked, so that
+// a file removed since (a check case's temporary) and its inode reused is no match.
+std::vector<std::string> g_read;
+
+void refuse_read_file(const std::string& out) {
+  struct stat so, sr;
+  if (stat(out.c_str(), &so) == 0)
+    for (const std::string& read : g_read)
+      if (stat(read.c_str(), &sr) == 0 && so.st_dev == sr.st_dev && so.st_ino == sr.st_ino)
+        fail(out, ": an input reads this file (", read,
+             ", itself or through an external link or external storage); refusing to overwrite it");
 }
 
 std::string parent_dir(const std::string& path) {
@@ -51,8 +66,10 @@ std::string target_of(const std::string& out) {
 }
 
 void refuse_special(const std::string& out) {
-  struct stat so;
+  struct stat so, st;
   if (lstat(out.c_str(), &so) != 0) return;
+  if (S_ISLNK(so.st_mode) && stat(out.c_str(), &st) != 0)
+    fail(out, ": a symbolic link to nothing (", std::strerror(errno), "); refusing to write through or replace it");
   if (S_ISDIR(so.st_mode)) fail(out, ": is a directory, expected an output file name");
   if (!S_ISREG(so.st_mode) && !S_ISLNK(so.st_mode))
     fail(out, ": exists and is not a regular file (a device, FIFO or socket); refusing to replace it");
@@ -60,12 +77,20 @@ void refuse_special(const std::string& out) {
 
 }  // namespace
 
+void note_read_file(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && std::find(g_read.begin(), g_read.end(), path) == g_read.end())
+    g_read.push_back(path);
+}
+
 void check_output_path(const std::string& path, const std::string& in, bool force) {
+  refuse_special(path);
   const std::string out = target_of(path);
   struct stat so, si;
   if (stat(out.c_str(), &so) == 0) {
     if (!in.empty() && stat(in.c_str(), &si) == 0 && so.st_dev == si.st_dev && so.st_ino == si.st_ino)
       fail(out, ": output is the input file; refusing to overwrite it");
+    refuse_read_file(out);
     refuse_special(out);
     if (!S_ISREG(so.st_mode)) fail(out, ": exists and is not a regular file; refusing to replace it");
     if (!force) fail(out, ": exists (use --force to replace it)");
@@ -94,6 +119,7 @@ OutputFile::~OutputFile() {
 
 void OutputFile::commit() {
   refuse_special(path_);
+  refuse_read_file(path_);
   int rc;
   if (replace_) {
     rc = rename(temp_.c_str(), path_.c_str());

@@ -8,9 +8,14 @@
 
 namespace mhc {
 
-// Refuses an output path that is the input, exists (unless force), is not a regular file
-// (even with force: a device node or FIFO is never replaced), or cannot be created.
+// Refuses an output path that is the input or a file an input reads (note_read_file), exists
+// (unless force), is not a regular file (even with force: a device node or FIFO is never
+// replaced), is a symbolic link to nothing, or cannot be created.
 void check_output_path(const std::string& out, const std::string& in, bool force);
+
+// Notes a file that an input reads (the input itself, an external link's target, external raw
+// storage): no output may replace it (check_output_path, OutputFile::commit).
+void note_read_file(const std::string& path);
 
 class OutputFile {
  public:
@@ -20,7 +25,7 @@ class OutputFile {
   OutputFile& operator=(const OutputFile&) = delete;
 
   const std::string& temp() const { return temp_; }
-  void commit();  // moves the finished temporary file to path (UserError if path appeared meanwhile)
+  void commit();  // moves the finished temporary file to path (UserError if path appeared meanwhile or is read)
 
  private:
   std::string path_, temp_;
