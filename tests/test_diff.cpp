@@ -53,6 +53,17 @@ TEST_SUITE("diff") {
     CHECK(r.verdict_line().find("downstream stages follow from inv_rms") != std::string::npos);
   }
 
+  TEST_CASE("a token alone in its block: inv_rms off by 1e-3 is still introduced (T = 1; token 256 of 257)") {
+    // one evaluation's one element set the limit through s(1) = 296: this passed (limit 1.1e-3)
+    for (auto [shape, tok] : {std::pair{"1,4,1024", 0}, std::pair{"257,4,1024", 256}}) {
+      CAPTURE(shape);
+      Planted p(shape, 41);
+      p.bad.t["inv_rms"].set(tok, p.bad.get("inv_rms").at(tok) * (1 + 1e-3));
+      test::recompute_after(p.bad, "inv_rms", Precision::fp32);
+      expect_root(p.diff(), "inv_rms");
+    }
+  }
+
   TEST_CASE("dphi scaled by 1+1e-4") {
     Planted p;
     for (int64_t i = 0; i < p.bad.get("dphi").size(); ++i) p.bad.t["dphi"].set(i, p.bad.get("dphi").at(i) * (1 + 1e-4));
@@ -111,6 +122,14 @@ TEST_SUITE("diff") {
     cpu_run(oracle, Precision::fp64);
     CHECK(test::diff(p.ref, oracle).match());
     CHECK(test::diff(oracle, p.ref).match());
+    for (const char* shape : {"1,4,4096", "1,8,7168", "3,1,2560", "7,4,1000"})  // small blocks: reordered evaluations set the limits
+      for (uint64_t seed : {1, 2, 3}) {
+        CAPTURE(shape);
+        CAPTURE(seed);
+        Case a = test::golden(parse_shape(shape), seed), o = a.inputs_only();
+        cpu_run(o, Precision::fp64);
+        CHECK(test::diff(a, o).match());
+      }
     DiffReport self = test::diff(p.ref, p.ref);
     CHECK(self.match());
     for (auto& s : self.stages) CHECK(s.max_abs == 0);

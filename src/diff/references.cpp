@@ -1,5 +1,7 @@
 #include "references.h"
 
+#include <cstring>
+
 namespace mhc {
 
 const char* accuracy_name(Accuracy a) {
@@ -33,11 +35,62 @@ References::References(const Case& inputs, std::map<int, TokenSums>* sums)
         if (sums) cpu_run_chunk(c, ref_arith(key), (*sums)[key]);
         else cpu_run(c, ref_arith(key));
         return c;
-      }) {}
+      }),
+      inputs_(inputs.inputs_only()) {}
 
 const Case& References::get(int key) {
   auto it = done_.find(key);
   return it != done_.end() ? it->second : done_[key] = eval_(key);
+}
+
+namespace {
+
+// A fixed order of 0..D-1 for evaluation q: Fisher-Yates driven by splitmix64 from q.
+std::vector<int64_t> column_order(int64_t D, int q) {
+  std::vector<int64_t> order(static_cast<size_t>(D));
+  for (int64_t i = 0; i < D; ++i) order[size_t(i)] = i;
+  uint64_t z = 0x9e3779b97f4a7c15ull * uint64_t(q + 1);
+  for (int64_t i = D - 1; i > 0; --i) {
+    uint64_t r = (z += 0x9e3779b97f4a7c15ull);
+    r = (r ^ (r >> 30)) * 0xbf58476d1ce4e5b9ull, r = (r ^ (r >> 27)) * 0x94d049bb133111ebull, r ^= r >> 31;
+    std::swap(order[size_t(i)], order[size_t(r % uint64_t(i + 1))]);
+  }
+  return order;
+}
+
+// Every tensor of c whose last axis is d or k (the k of stream i being i D + d), its D-long runs
+// moved by `order` (element j of a run to order[j]), or back (`back`).
+void reorder_columns(Case& c, const std::vector<int64_t>& order, bool back) {
+  const int64_t D = c.prob.D;
+  for (auto& [name, t] : c.t) {
+    const Stage& s = stage(name);
+    if (s.dims.empty() || (s.dims.back() != Dim::d && s.dims.back() != Dim::k)) continue;
+    const size_t e = dtype_size(t.dtype);
+    std::vector<unsigned char, NoInit<unsigned char>> out(t.bytes.size());
+    for (int64_t r = 0; r < t.size() / D; ++r)
+      for (int64_t j = 0; j < D; ++j) {
+        const int64_t from = r * D + (back ? order[size_t(j)] : j), to = r * D + (back ? j : order[size_t(j)]);
+        std::memcpy(&out[size_t(to) * e], &t.bytes[size_t(from) * e], e);
+      }
+    t.bytes = std::move(out);
+  }
+}
+
+}  // namespace
+
+const std::vector<Case>& References::reordered(Accuracy c) {
+  auto [it, fresh] = reordered_.try_emplace(ref_key(c));
+  const int64_t T = inputs_.t.empty() ? kTokenBlock : inputs_.prob.T();
+  if (fresh && T > 0 && T < kTokenBlock)
+    for (int q = 0; q < int(std::min<int64_t>(31, (kTokenBlock + T - 1) / T - 1)); ++q) {
+      const std::vector<int64_t> order = column_order(inputs_.prob.D, q);
+      Case e = inputs_;
+      reorder_columns(e, order, false);
+      cpu_run(e, plain_arith(c));
+      reorder_columns(e, order, true);
+      it->second.push_back(std::move(e));
+    }
+  return it->second;
 }
 
 }  // namespace mhc
