@@ -148,7 +148,12 @@ TEST_SUITE("cli") {
                              "gen --shape 4294967296,4294967296,1,1 x.h5", "bench --shape 1,1,1 --repeat 2147483647",
                              "bench --shape 1,1,1 --warmup 2147483647", "check cpu --repeat 2147483647",
                              "gen --shape 1,4,8, x.h5", "gen --shape 2,2,4 --seed -1 x.h5",
-                             "gen --shape 2,2,4 --seed 18446744073709551616 x.h5", "diff cpu cpu --seed 1e3"}) {
+                             "gen --shape 2,2,4 --seed 18446744073709551616 x.h5", "diff cpu cpu --seed 1e3",
+                             // NaN passed CLI11's PositiveNumber: --timeout nan never timed out
+                             "run --timeout nan --backend 'exec:sleep 9 {in} {out}' a.h5 b.h5", "check cpu --timeout nan",
+                             "diff cpu cpu --budget-factor nan", "diff cpu cpu --tolerance fixed --atol nan",
+                             "diff cpu cpu --tolerance fixed --rtol inf", "diff cpu cpu --tolerance fixed --tol dphi=nan,nan",
+                             "diff cpu cpu --dump-diff x.h5 --report ./x.h5"}) {
       CAPTURE(args);
       auto e = test::sh(test::mhc(args));
       CHECK(e.rc == 2);

@@ -243,7 +243,7 @@ void add_check(CLI::App& app, int& rc) {
   sub->add_option("--accept", o->accept, "loosest accuracy class that passes: fp32, tf32 or bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))->capture_default_str();
   sub->add_option("--keep", o->keep, "write the inputs and both runs of every failing case to DIR (for mhc diff)");
-  sub->add_option("--timeout", o->timeout, "exec: seconds a command may run")->check(CLI::PositiveNumber)
+  sub->add_option("--timeout", o->timeout, "exec: seconds a command may run")->check(kPositive)
       ->capture_default_str();
   sub->add_flag("--json", o->json, "print the results as one JSON object");
   sub->footer(

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -23,8 +24,9 @@ const char* kDefaultShape = "256,4,1024";
 std::pair<double, double> parse_pair(const std::string& text, const std::string& what) {
   double a, b;
   char extra;
-  if (std::sscanf(text.c_str(), "%lf,%lf%c", &a, &b, &extra) != 2 || a < 0 || b < 0)
-    fail(what, ": expected ATOL,RTOL (two non-negative numbers), found '", text, "'");
+  if (std::sscanf(text.c_str(), "%lf,%lf%c", &a, &b, &extra) != 2 || !(a >= 0) || !(b >= 0) || !std::isfinite(a) ||
+      !std::isfinite(b))
+    fail(what, ": expected ATOL,RTOL (two finite non-negative numbers), found '", text, "'");
   return {a, b};
 }
 
@@ -121,11 +123,11 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("--tolerance", o->tolerance, "budget (default) or fixed")
       ->check(CLI::IsMember({"budget", "fixed"}))->capture_default_str();
   sub->add_option("--budget-factor", o->factor, "k in: error <= k x plain fp32 error + B's error + floor")
-      ->check(CLI::PositiveNumber)->capture_default_str();
-  sub->add_option("--atol", o->atol, "fixed policy: absolute tolerance (default per dtype)");
-  sub->add_option("--rtol", o->rtol, "fixed policy: relative tolerance (default per dtype)");
+      ->check(kPositive)->capture_default_str();
+  sub->add_option("--atol", o->atol, "fixed policy: absolute tolerance (default per dtype)")->check(kNonNegative);
+  sub->add_option("--rtol", o->rtol, "fixed policy: relative tolerance (default per dtype)")->check(kNonNegative);
   sub->add_option("--tol", o->tol, "per-stage fixed tolerance STAGE=ATOL,RTOL (repeatable)");
-  sub->add_option("--timeout", o->timeout, "exec: seconds a command may run")->check(CLI::PositiveNumber)
+  sub->add_option("--timeout", o->timeout, "exec: seconds a command may run")->check(kPositive)
       ->capture_default_str();
   sub->add_option("--tile", o->tile, "tile size the where-summary names")->check(CLI::PositiveNumber)->capture_default_str();
   sub->add_option("--dump-diff", o->dump, "write A-B, per-element error and mismatch mask of every stage to FILE.h5");
@@ -175,7 +177,9 @@ void add_diff(CLI::App& app, int& rc) {
     }
 
     // the outputs replace neither a file side, nor --input, nor each other
-    if (!o->dump.empty() && o->dump == o->report) fail(o->dump, ": --dump-diff and --report name the same file");
+    auto resolved = [](const std::string& p) { return std::filesystem::weakly_canonical(std::filesystem::absolute(p)); };
+    if (!o->dump.empty() && !o->report.empty() && resolved(o->dump) == resolved(o->report))
+      fail(o->report, ": --dump-diff and --report name the same file");
     for (auto* out : {&o->dump, &o->report})
       for (const std::string& in : {is_backend_spec(o->a) ? std::string() : o->a, is_backend_spec(o->b) ? std::string() : o->b,
                                     o->input, out == &o->report ? o->dump : std::string()})

@@ -43,7 +43,7 @@ void add_run(CLI::App& app, int& rc) {
   CLI::App* sub = app.add_subcommand("run", "Run the operator (forward, and backward when gradients are given)");
   sub->add_option("--backend", o->backend, "cpu, cpu:fp64, cuda or exec:COMMAND (mhc --help lists them)")
       ->capture_default_str();
-  sub->add_option("--timeout", o->timeout, "exec: seconds the command may run")->check(CLI::PositiveNumber)
+  sub->add_option("--timeout", o->timeout, "exec: seconds the command may run")->check(kPositive)
       ->capture_default_str();
   sub->add_option("--precision", o->precision, "fp32 (default) or fp64 (cpu only: the float64 oracle)")
       ->check(CLI::IsMember({"fp32", "fp64"}));

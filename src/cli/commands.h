@@ -3,6 +3,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <string>
 
@@ -18,6 +19,22 @@ inline const CLI::Validator kSeed(
       return "";
     },
     "UINT64");
+
+// A number: > 0 (kPositive) or >= 0 (kNonNegative), and finite (CLI11's PositiveNumber took
+// nan: --timeout nan ran a hanging command for ever).
+inline CLI::Validator finite_number(bool zero) {
+  return CLI::Validator(
+      [zero](std::string& s) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || *end || errno == ERANGE || !std::isfinite(v) || !(zero ? v >= 0 : v > 0))
+          return zero ? "expected a finite number >= 0" : "expected a finite number > 0";
+        return "";
+      },
+      zero ? "NUMBER>=0" : "NUMBER>0");
+}
+inline const CLI::Validator kPositive = finite_number(false), kNonNegative = finite_number(true);
 
 void add_gen(CLI::App& app, int& rc);
 void add_run(CLI::App& app, int& rc);

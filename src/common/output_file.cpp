@@ -24,7 +24,7 @@ char g_temp[4096];
 volatile sig_atomic_t g_have_temp = 0;
 void (*volatile g_cleanup)() = nullptr;
 
-constexpr int kTermSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGALRM};
+constexpr int kTermSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM};
 
 void on_signal(int sig) {
   remove_temp_now();
