@@ -135,6 +135,30 @@ TEST_SUITE("diff") {
     for (auto& s : self.stages) CHECK(s.max_abs == 0);
   }
 
+  TEST_CASE("inputs fp32 cannot evaluate (x * 2^60: the sum of squares overflows): invalid, not a match") {
+    // every budget was then >= 1 RMS, and a transposed h_res matched (an independent kernel's review)
+    Case in = test::golden(parse_shape("64,4,200"), 5).inputs_only();
+    for (int64_t i = 0; i < in.get("x").size(); ++i) in.t["x"].set(i, in.get("x").at(i) * 0x1p60);
+    Case a = in, o = in;
+    cpu_run(a, Precision::fp32);
+    cpu_run(o, Precision::fp64);
+    Case hres = a;  // and a planted bug
+    for (int64_t t = 0; t < 64; ++t) std::swap(hres.t["h_res"].data<float>()[t * 16 + 1], hres.t["h_res"].data<float>()[t * 16 + 4]);
+    for (Case* side : {&a, &hres}) {
+      DiffReport r = test::diff(*side, o);
+      INFO(report_table(r, false));
+      CHECK(r.verdict == Verdict::invalid);
+      CHECK(r.no_budget == "inv_rms");
+      CHECK(r.verdict_line().find("fp32 arithmetic cannot evaluate these inputs: at inv_rms") != std::string::npos);
+    }
+    Case fine = test::golden(parse_shape("64,4,200"), 5), fine64 = fine.inputs_only();
+    cpu_run(fine64, Precision::fp64);
+    DiffReport ok = test::diff(fine, fine64);
+    CHECK(ok.match());
+    CHECK(ok.no_budget.empty());
+    for (auto& s : ok.stages) CHECK(s.fp32_error < 1e-3);
+  }
+
   TEST_CASE("a wrong reference B makes the comparison invalid and is named; B's unknown datasets too") {
     Planted p;
     Case h_mix = p.bad;  // one h_mix element off by 1e-3, and the stages after it computed from it

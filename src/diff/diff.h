@@ -21,6 +21,10 @@ namespace mhc {
 // the same report bits on any thread count.
 constexpr int64_t kElementChunk = int64_t(1) << 16;
 
+// A plain fp32 evaluation this far from the fp64 oracle (in units of the stage's RMS) has lost
+// the values themselves: no budget measured from it means anything (StageReport::fp32_error).
+constexpr double kNoBudget = 0.1;
+
 enum class Status { ok, diverged, inherited, missing, unknown, format };
 const char* status_name(Status s);
 
@@ -87,6 +91,10 @@ struct StageReport {
   // fp64 replay; > 1: the reference itself is wrong here (docs/diff.md, "A wrong reference")
   double reference_over = 0;
   std::map<Accuracy, double> class_limit, class_error;  // budget: per class, limit and E_C
+  // budget, fp32-unit stages: the plain fp32 evaluation's largest error (E_C of fp32) over the
+  // blocks; at kNoBudget or more fp32 itself cannot evaluate the inputs (an overflow), and no
+  // budget holds
+  double fp32_error = 0;
   std::string unit;
   Rounding rounding;
   std::vector<AxisRanges> where;  // for diverged and inherited stages
@@ -105,6 +113,7 @@ struct DiffReport {
   int compared = 0;
   std::string first_divergent;  // "" when none
   std::string reference_wrong;  // the first stage where B itself is wrong (reference_over > 1): invalid
+  std::string no_budget;        // the first stage whose fp32_error is kNoBudget or more: invalid
   std::vector<std::string> root_causes;
   std::vector<std::string> missing_required;
   std::string verdict_line() const;

@@ -384,6 +384,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
           break;
         }
     }
+    if (!bf && r.class_error.count(Accuracy::fp32)) r.fp32_error = r.class_error[Accuracy::fp32];
     r.limit = limit_of(opt.accept);
     const std::vector<double>* per_elem = elem_limit.count(opt.accept) ? &elem_limit[opt.accept] : nullptr;
     if (per_elem) r.error = err[closest[opt.accept]];
@@ -441,10 +442,12 @@ void finish_report(DiffReport& rep, const DiffOptions& opt) {
   bool invalid = false;
   rep.compared = 0;
   rep.first_divergent.clear(), rep.root_causes.clear(), rep.missing_required.clear(), rep.reference_wrong.clear();
+  rep.no_budget.clear();
   for (auto& r : rep.stages) {
     rep.compared += r.compared;
     invalid = invalid || r.status == Status::unknown || r.status == Status::format;
     if (r.reference_over > 1 && rep.reference_wrong.empty()) rep.reference_wrong = r.name, invalid = true;
+    if (!(r.fp32_error < kNoBudget) && rep.no_budget.empty()) rep.no_budget = r.name, invalid = true;
     if (r.status == Status::missing && opt.require.count(r.name)) rep.missing_required.push_back(r.name);
     if (r.status == Status::inherited) {
       r.inherited_from = upstream(r.name);
@@ -479,6 +482,14 @@ std::string DiffReport::verdict_line() const {
         why += cat(why.empty() ? "" : "; ", "the reference B is itself off the fp64 oracle, first at ", s.name, " (", over,
                    "x the limit a correct kernel meets there): put the trusted side as B (mhc diff mine.h5 golden.h5), "
                    "or compare B with cpu:fp64");
+      }
+    for (auto& s : stages)
+      if (s.name == no_budget) {
+        char off[32];
+        std::snprintf(off, sizeof off, "%.3g", s.fp32_error);
+        why += cat(why.empty() ? "" : "; ", "fp32 arithmetic cannot evaluate these inputs: at ", s.name,
+                   " the plain fp32 evaluation is off the fp64 oracle by ", off,
+                   " of the stage's RMS (an overflow?), so no error budget holds; compare with --tolerance fixed");
       }
     if (why.empty()) why = "no stage is present on both sides";
     return cat("invalid: ", why, "; the comparison cannot be trusted");

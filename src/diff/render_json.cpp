@@ -116,7 +116,8 @@ std::string report_json(const DiffReport& r) {
                         json_string(accuracy_name(r.accept)), ", \"first_divergent\": ",
                         r.first_divergent.empty() ? "null" : json_string(r.first_divergent), ", \"root_causes\": ",
                         list(r.root_causes), ", \"missing_required\": ", list(r.missing_required), ", \"reference_wrong\": ",
-                        r.reference_wrong.empty() ? "null" : json_string(r.reference_wrong),
+                        r.reference_wrong.empty() ? "null" : json_string(r.reference_wrong), ", \"no_budget\": ",
+                        r.no_budget.empty() ? "null" : json_string(r.no_budget),
                         ", \"compared\": ", r.compared, ", \"summary\": ", json_string(r.verdict_line()), ", \"stages\": [");
   for (size_t i = 0; i < r.stages.size(); ++i) out += cat(i ? ",\n  " : "\n  ", stage_json(r.stages[i]));
   return out + "\n]}\n";

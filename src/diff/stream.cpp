@@ -227,6 +227,7 @@ void merge(Merged& m, StageReport&& b, const Problem& p, int64_t t0, const Case&
   r.l2_num += b.l2_num, r.l2_den += b.l2_den;
   r.max_rel = std::max(r.max_rel, b.max_rel), r.min_atol = std::max(r.min_atol, b.min_atol);
   r.reference_over = std::max(r.reference_over, b.reference_over);
+  r.fp32_error = std::isnan(b.fp32_error) ? b.fp32_error : std::max(r.fp32_error, b.fp32_error);
   if (b.max_abs > r.max_abs) r.max_abs = b.max_abs, r.max_abs_index = b.max_abs_index, r.a_at = b.a_at, r.b_at = b.b_at;
   if (ratio > m.ratio) {
     m.ratio = ratio;
