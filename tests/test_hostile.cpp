@@ -92,6 +92,10 @@ TEST_SUITE("hostile") {
     h.expect_error("run " + h.in + " " + h.out, {"/inputs/x", "T=5 n=4 D=1099511627776 needs about", "memory limit"});
     auto r = test::sh("MHC_MAX_MEMORY=1000 " + test::mhc("run " + h.in + " " + h.out));
     CHECK(r.rc == 2);
+    // chunks far larger than the data: libhdf5 inflates a whole chunk per read (4 GB for 8 tokens)
+    h.edit("del f['inputs/x']; f.create_dataset('inputs/x', shape=(8, 4, 8), maxshape=(None, 4, 8), chunks=(2**25 - 1, 4, 8), "
+           "dtype='f4', compression='gzip')");
+    h.expect_error("run " + h.in + " " + h.out, {"/inputs/x", "chunks of 4294967168 bytes", "smaller chunks"});
   }
 
   TEST_CASE("a dataset replaced by a group, a dangling soft link, a missing external file: named with the cause") {

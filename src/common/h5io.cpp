@@ -192,10 +192,30 @@ H5::DataSet open_dataset(const H5::H5File& f, const std::string& file, const std
 // - a compact dataset whose stored bytes are fewer than its shape needs (it reads past its own
 //   buffer: tests/fuzz/repro/corrupt_compact_overread.h5);
 // - a virtual dataset (one whose source is itself recurses until the stack overflows);
-// - external raw storage in a file that is not a regular file (a FIFO blocks the read).
+// - external raw storage in a file that is not a regular file (a FIFO blocks the read);
+// - chunks larger than both the dataset and kMaxChunkBytes: libhdf5 inflates a whole chunk for
+//   every read that touches it (a 4 GB gzip chunk of an 8-token x took 4.2 GB and 23 s; one of
+//   512 MB, 119 s to diff 530 KB of data, a block of tokens at a time).
+constexpr uint64_t kMaxChunkBytes = uint64_t(64) << 20;
 void check_storage(const H5::DataSet& ds, const Shape& shape, const std::string& file, const std::string& path) {
   hid_t dcpl = H5Dget_create_plist(ds.getId());
   const H5D_layout_t layout = dcpl >= 0 ? H5Pget_layout(dcpl) : H5D_LAYOUT_ERROR;
+  if (layout == H5D_CHUNKED) {
+    hsize_t dims[H5S_MAX_RANK];
+    const int rank = H5Pget_chunk(dcpl, H5S_MAX_RANK, dims);
+    hid_t type = H5Dget_type(ds.getId());
+    const uint64_t elem = type >= 0 ? H5Tget_size(type) : 1;
+    if (type >= 0) H5Tclose(type);
+    uint64_t chunk = elem, nominal = elem * uint64_t(numel(shape));
+    bool huge = false;
+    for (int i = 0; i < rank; ++i) huge = huge || __builtin_mul_overflow(chunk, uint64_t(dims[i]), &chunk);
+    if (huge || chunk > std::max(nominal, kMaxChunkBytes)) {
+      H5Pclose(dcpl);
+      fail(file, ": ", path, ": chunks of ", huge ? std::string("more than 2^64") : std::to_string(chunk),
+           " bytes, more than the dataset's ", nominal, " and ", kMaxChunkBytes,
+           " (libhdf5 inflates a whole chunk for every read): rewrite it with smaller chunks (h5repack -l CHUNK=...)");
+    }
+  }
   std::string not_regular;
   for (int i = 0, n = dcpl >= 0 ? H5Pget_external_count(dcpl) : 0; i < n && not_regular.empty(); ++i) {
     char name[4096] = "";
