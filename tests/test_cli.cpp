@@ -377,6 +377,14 @@ TEST_SUITE("cli") {
     auto bad = test::sh(test::mhc("check cpu --cases " + dir + "/bad.txt"));
     CHECK(bad.rc == 2);
     CHECK(bad.err.find("bad.txt:1: unknown option 'sparkly'") != std::string::npos);
+    // --keep: a DIR whose parent is missing is made before the sweep (it ended the sweep at the
+    // first failure); a case name or --vary value with '/' stays inside DIR
+    std::ofstream(dir + "/odd_names.txt") << "../esc 3,1,1\n";
+    auto k = test::sh(test::mhc("check 'exec:false {in} {out}' --cases " + dir + "/odd_names.txt --vary V=x/y --keep " + dir +
+                                "/new/kept"));
+    CHECK(k.rc == 1);
+    CHECK(std::filesystem::exists(dir + "/new/kept/_.._esc@V=x_y.in.h5"));
+    CHECK(!std::filesystem::exists(dir + "/new/esc@V=x_y.in.h5"));
     for (const char* e : {"x_exp=zz", "x_exp=99999999999", "x_exp=51", "x_exp=-51", "x_exp=", "x_exp=3x"}) {
       CAPTURE(e);
       std::ofstream(dir + "/exp.txt") << "odd 5,3,7 " << e << "\n";

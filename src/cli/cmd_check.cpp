@@ -3,10 +3,12 @@
 #include <fnmatch.h>
 #include <sys/stat.h>
 
+#include <cctype>
 #include <cmath>
-#include <cstring>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <set>
@@ -130,11 +132,15 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
     o.verdict = "error";
     o.reason = dynamic_cast<const UserError*>(&e) ? e.what() : cat("internal error: ", e.what());
   }
-  if (!o.passed && !keep.empty()) {
-    mkdir(keep.c_str(), 0755);
-    save_case(cat(keep, "/", cc.name, ".in.h5"), in);
+  if (!o.passed && !keep.empty()) {  // DIR was made before the sweep
+    // the case's name as a file name in DIR: a name from --cases or a --vary value may hold '/' ("../x")
+    std::string file = cc.name;
+    for (char& ch : file)
+      if (!std::isalnum(static_cast<unsigned char>(ch)) && !std::strchr("._=@,+-", ch)) ch = '_';
+    if (file[0] == '.') file = "_" + file;
+    save_case(cat(keep, "/", file, ".in.h5"), in);
     for (auto [side, c] : {std::pair{"a", &a}, std::pair{"ref", &b}})
-      if (c->t.size() > in.t.size()) save_case(cat(keep, "/", cc.name, ".", side, ".h5"), *c);
+      if (c->t.size() > in.t.size()) save_case(cat(keep, "/", file, ".", side, ".h5"), *c);
   }
   return o;
 }
@@ -276,6 +282,8 @@ void add_check(CLI::App& app, int& rc) {
     struct stat kd;
     if (!o->keep.empty() && stat(o->keep.c_str(), &kd) == 0 && !S_ISDIR(kd.st_mode))
       fail("--keep ", o->keep, ": exists and is not a directory");
+    if (std::error_code ec; !o->keep.empty() && (std::filesystem::create_directories(o->keep, ec), ec))
+      fail("--keep ", o->keep, ": cannot create the directory: ", ec.message());
     if (!o->json)
       std::printf("mhc check %s against %s: %zu cases (%s)\n", backend.str().c_str(), against.str().c_str(), cases.size(),
                   o->cases.c_str());
