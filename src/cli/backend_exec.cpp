@@ -153,7 +153,10 @@ void run_command(const std::string& shown, const std::string& command, double ti
 // would write anything else into its output as it is, and the code after it indexes a
 // per-token stage by token as size / T.
 void check_dump(const Case& c, const std::string& command) {
-  for (const auto& [name, t] : c.t)
+  std::vector<std::string> names;  // the stages read, and those left unread for their shape
+  for (const auto& [name, t] : c.t) names.push_back(name);
+  for (const auto& [name, how] : c.misshapen) names.push_back(name);
+  for (const std::string& name : names)
     if (const Stage& s = stage(name); s.group != Group::inputs)
       if (std::string how = c.storage_problem(s); !how.empty())
         fail("exec: the dump '", command, "' wrote is not usable: {out}: ", dataset_path(s), " is stored ", how);
