@@ -177,7 +177,11 @@ void add_diff(CLI::App& app, int& rc) {
     }
 
     // the outputs replace neither a file side, nor --input, nor each other
-    auto resolved = [](const std::string& p) { return std::filesystem::weakly_canonical(std::filesystem::absolute(p)); };
+    auto resolved = [](const std::string& p) {  // as given where it cannot be resolved (a symlink loop: its own error later)
+      std::error_code ec;
+      std::filesystem::path r = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+      return ec ? std::filesystem::path(p) : r;
+    };
     if (!o->dump.empty() && !o->report.empty() && resolved(o->dump) == resolved(o->report))
       fail(o->report, ": --dump-diff and --report name the same file");
     for (auto* out : {&o->dump, &o->report})

@@ -92,18 +92,30 @@ bool regular_or_absent(const std::string& name) {
   struct stat st;
   return stat(name.c_str(), &st) != 0 || S_ISREG(st.st_mode);
 }
-// Every name HDF5 may try for the link's file: as given (relative: to the working directory),
-// beside the linking file, and its last component in both places (HDF5 retries those when an
-// absolute name is missing). Each one that exists is noted as read: no output replaces it.
+// Every name HDF5 may try for the link's file, in its order (libhdf5 1.10, H5F_prefix_open_file):
+// an absolute name as given, then (relative, or an absolute one missing: its last component)
+// under each HDF5_EXT_PREFIX directory, beside the linking file, and in the working directory.
+// The first that exists is the file HDF5 reads, noted as read: no output replaces it.
 herr_t regular_files_only(const char* parent_file, const char*, const char* child_file, const char*, unsigned*, hid_t, void*) {
   const std::string child = child_file, parent = parent_file, dir = parent.substr(0, parent.rfind('/') + 1);
-  const std::string base = child.substr(child.rfind('/') + 1);
-  for (const std::string& name : {child, child[0] == '/' ? child : dir + child, base, dir + base}) {
+  const std::string rel = child[0] == '/' ? child.substr(child.rfind('/') + 1) : child;
+  std::vector<std::string> names;
+  if (child[0] == '/') names.push_back(child);
+  if (const char* env = std::getenv("HDF5_EXT_PREFIX"))
+    for (std::string list = env; !list.empty();) {
+      const size_t colon = list.find(':');
+      if (std::string p = list.substr(0, colon); !p.empty()) names.push_back(p + "/" + rel);
+      list = colon == std::string::npos ? "" : list.substr(colon + 1);
+    }
+  names.push_back(dir + rel), names.push_back(rel);
+  bool noted = false;
+  for (const std::string& name : names) {
     if (!regular_or_absent(name)) {
       g_refused = name;
       return -1;
     }
-    note_read_file(name);
+    struct stat st;
+    if (!noted && stat(name.c_str(), &st) == 0) note_read_file(name), noted = true;
   }
   return 0;
 }

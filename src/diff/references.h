@@ -35,10 +35,11 @@ class References {
   const Case& get(int key);
 
   // More plain class-C evaluations of a block of fewer than kTokenBlock tokens (none from the
-  // second constructor): ceil(kTokenBlock / tokens) - 1 of them, at most 31, each with the
-  // columns of every D-long run (x's d, phi's k stream by stream, ...) in another fixed order,
-  // its results put back in the original one. Other sequential chains over K and D: samples of
-  // a correct kernel's error where one evaluation's few elements say little (engine.cpp).
+  // second constructor): ceil(kTokenBlock / tokens) - 1 of them, at most 7 (and at most D! - 1),
+  // each with the columns of every D-long run (x's d, phi's k stream by stream, ...) in another
+  // fixed order, its per-token stages put back in the original one. Other sequential chains
+  // over K and D: samples of a correct kernel's error where one evaluation's few elements say
+  // little (engine.cpp).
   const std::vector<Case>& reordered(Accuracy c);
 
  private:
