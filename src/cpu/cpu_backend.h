@@ -8,7 +8,9 @@
 // `plain` evaluations are the diff's reference for what a correct kernel may do
 // (docs/diff.md): fp32 with every reduction one sequential chain (the least accurate
 // common order), GEMM operands optionally rounded to tf32 or bf16, and h_in, dx stored
-// unrounded (float32) so that their error before rounding can be measured.
+// unrounded (float32) so that their error before rounding can be measured. `reversed`
+// runs each per-token chain (over K, D, n and N) from its last index down: a term that is
+// last in the forward chain, where it rounds nothing after it, is first there.
 #pragma once
 #include "case.h"
 
@@ -22,6 +24,7 @@ struct Arith {
   Precision prec;
   bool plain;  // fp32 only
   Operands operands;
+  bool reversed = false;  // plain only: the per-token chains from their last index down
   Arith(Precision p = Precision::fp32, bool pl = false, Operands o = Operands::exact) : prec(p), plain(pl), operands(o) {}
 };
 

@@ -93,11 +93,15 @@ template <class R> R pairwise_sum(const R* a, int64_t len, int64_t stride) {
   return pairwise_sum(a, h, stride) + pairwise_sum(a + h * stride, len - h, stride);
 }
 
-// a[0] + a[stride] + ... in one left-to-right chain (plain evaluations), else pairwise.
+// Step i of a chain of len terms: index i, or len - 1 - i in a reversed plain evaluation.
+inline int64_t step(int64_t i, int64_t len, const Arith& ar) { return ar.reversed ? len - 1 - i : i; }
+
+// a[0] + a[stride] + ... in one left-to-right chain (plain evaluations; reversed: right to
+// left), else pairwise.
 template <class R> R sum_in_order(const R* a, int64_t len, int64_t stride, const Arith& ar) {
   if (!ar.plain) return pairwise_sum(a, len, stride);
   R s = 0;
-  for (int64_t i = 0; i < len; ++i) s += a[i * stride];
+  for (int64_t i = 0; i < len; ++i) s += a[step(i, len, ar) * stride];
   return s;
 }
 
@@ -164,8 +168,10 @@ template <class R> void h_mix(const Problem& p, const TensorMap& in, const Arith
         row_as(x, K, t, v.data());
         R* acc = h + t * N;
         std::fill(acc, acc + N, R(0));
-        for (int64_t k = 0; k < K; ++k)
+        for (int64_t i = 0; i < K; ++i) {
+          const int64_t k = step(i, K, a);
           for (int64_t j = 0; j < N; ++j) acc[j] += v[size_t(k)] * pgT[size_t(k * N + j)];
+        }
       }
     }
     return;
@@ -199,7 +205,7 @@ template <class R> void gate(const char* name, const Problem& p, const TensorMap
 }
 
 // h_in[t,d] = sum_i h_pre[t,i] x[t,i,d]
-template <class R> void h_in(const Problem& p, const TensorMap& in, Tensor& out) {
+template <class R> void h_in(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), n = p.n, D = p.D;
   As<R> hp(dep(in, "h_pre"));
@@ -210,8 +216,10 @@ template <class R> void h_in(const Problem& p, const TensorMap& in, Tensor& out)
     for (int64_t t = 0; t < T; ++t) {
       row_as(x, n * D, t, v.data());
       std::fill(acc.begin(), acc.end(), R(0));
-      for (int64_t i = 0; i < n; ++i)
+      for (int64_t q = 0; q < n; ++q) {
+        const int64_t i = step(q, n, a);
         for (int64_t d = 0; d < D; ++d) acc[size_t(d)] += hp.p[t * n + i] * v[size_t(i * D + d)];
+      }
       store(out, t * D, acc.data(), D);
     }
   }
@@ -257,7 +265,10 @@ template <class R> void dh_pre(const Problem& p, const TensorMap& in, const Arit
       for (int64_t i = 0; i < n; ++i) {
         R s = 0;
         if (a.plain)
-          for (int64_t d = 0; d < D; ++d) s += g[size_t(d)] * v[size_t(i * D + d)];
+          for (int64_t q = 0; q < D; ++q) {
+            const int64_t d = step(q, D, a);
+            s += g[size_t(d)] * v[size_t(i * D + d)];
+          }
         else
           s = VecC<R>(g.data(), D).dot(VecC<R>(v.data() + i * D, D));
         r[size_t(t * n + i)] = s;
@@ -282,15 +293,18 @@ template <class R> void dh_mix(const Problem& p, const TensorMap& in, Tensor& ou
 }
 
 // dinv_rms[t] = sum_j alpha(j) g[t,j] h_mix[t,j]
-template <class R> void dinv_rms(const Problem& p, const TensorMap& in, Tensor& out) {
+template <class R> void dinv_rms(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const int64_t T = p.T(), N = p.N();
   GateGrads<R> gg(p, in);
   As<R> hm(dep(in, "h_mix"));
-  std::vector<R> a = all_as<R>(dep(in, "alpha")), g(static_cast<size_t>(N)), r(static_cast<size_t>(T));
+  std::vector<R> al = all_as<R>(dep(in, "alpha")), g(static_cast<size_t>(N)), r(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
     gg(t, g.data());
     R s = 0;
-    for (int64_t j = 0; j < N; ++j) s += gg.alpha_of(a, j) * g[size_t(j)] * hm.p[t * N + j];
+    for (int64_t q = 0; q < N; ++q) {
+      const int64_t j = step(q, N, a);
+      s += gg.alpha_of(al, j) * g[size_t(j)] * hm.p[t * N + j];
+    }
     r[size_t(t)] = s;
   }
   store(out, 0, r.data(), T);
@@ -307,7 +321,8 @@ template <class R> void dvecX(const Problem& p, const TensorMap& in, const Arith
     for (int64_t t = 0; t < T; ++t) {
       R* row = o + t * K;
       std::fill(row, row + K, R(0));
-      for (int64_t j = 0; j < N; ++j) {
+      for (int64_t q = 0; q < N; ++q) {
+        const int64_t j = step(q, N, a);
         R c = operand(dhm.p[t * N + j], a.operands);
         for (int64_t k = 0; k < K; ++k) row[k] += c * phi[size_t(j * K + k)];
       }
@@ -478,10 +493,10 @@ template <class R> void compute(const std::string& s, const Problem& p, const Te
   if (s == "inv_rms") return inv_rms<R>(p, in, a, out);
   if (s == "h_mix") return h_mix<R>(p, in, a, out);
   if (s == "h_pre" || s == "h_post" || s == "h_res") return gate<R>(stage(s).name, p, in, out);
-  if (s == "h_in") return h_in<R>(p, in, out);
+  if (s == "h_in") return h_in<R>(p, in, a, out);
   if (s == "dh_pre") return dh_pre<R>(p, in, a, out);
   if (s == "dh_mix") return dh_mix<R>(p, in, out);
-  if (s == "dinv_rms") return dinv_rms<R>(p, in, out);
+  if (s == "dinv_rms") return dinv_rms<R>(p, in, a, out);
   if (s == "dvecX") return dvecX<R>(p, in, a, out);
   if (s == "dx") return dx<R>(p, in, out);
   if (is_token_sum(s)) {

@@ -11,12 +11,15 @@
 
 namespace mhc {
 
-// The fp64 replays of the sums over tokens from A's own tensors (introduced or inherited?):
-// each block adds its part; the final diff of the sums is given their total.
+// The fp64 replays of the sums over tokens from A's own tensors (introduced or inherited?) and
+// from B's (is the reference wrong, or over its limit only through its inputs?): each block adds
+// its part; the final diff of the sums is given their totals.
 struct BlockSums {
-  std::set<std::string> want;                   // sums over tokens this block replays its part of
-  std::map<std::string, Tensor> replays_added;  // ... that part
-  std::map<std::string, Tensor> replays;        // given: the replays to use (the totals)
+  std::set<std::string> want;                       // sums over tokens this block replays its part of
+  std::map<std::string, Tensor> replays_added;      // ... that part, from A
+  std::map<std::string, Tensor> replays;            // given: the replays to use (the totals)
+  std::map<std::string, Tensor> ref_replays_added;  // the same from B
+  std::map<std::string, Tensor> ref_replays;
   // Given for the sums over tokens with few elements (dalpha, dbias): per class, an upper
   // estimate of the sigma of a correct kernel's error in each element, in the stage's values
   // (stream.cpp, docs/diff.md); empty where there is none.

@@ -173,26 +173,33 @@ void keep(StageReport& r, const std::vector<double>& err, std::vector<uint8_t>& 
   for (int64_t i = 0; i < b.size(); ++i) r.elem_diff[size_t(i)] = float(a.at(i) - b.at(i));
 }
 
+// Stage `name` recomputed in fp64 from B's own upstream tensors (the oracle's where B lacks one).
+Tensor replay_in_b(const std::string& name, const Case& b, References& refs) {
+  TensorMap deps;
+  for (const char* d : stage(name).deps) {
+    const bool fits = b.has(d) && (stage(d).group == Group::inputs || b.get(d).shape == stage_shape(stage(d), b.prob));
+    deps[d] = fits ? b.get(d) : refs.oracle().get(d);
+  }
+  return cpu_stage(name, b.prob, deps, Precision::fp64);
+}
+
 // B's largest error against the oracle o over its own limit (own(i): element i's limit without
-// E_B). Where that is over 1 at a per-token stage, B's value must also be that far off the stage
-// recomputed in fp64 from B's own upstream tensors (the oracle's where B lacks one): over its
-// limit only through its inputs' within-budget errors, B is not wrong here (as for A).
+// E_B). Where that is over 1, B's value must also be that far off the stage replayed in fp64
+// from B's own upstream tensors (replay_in_b; a sum over tokens: the blocks' replays added up,
+// `sum_replay`, where there is one): over its limit only through its inputs' within-budget
+// errors, B is not wrong here (as for A).
 template <class Own>
 double reference_over(const Stage& s, const Tensor& tb, const Tensor& o, const Unit& uo, const Own& own, const Case& b,
-                      References& refs) {
+                      References& refs, const Tensor* sum_replay) {
   auto over = [&](const Tensor& ref) {
     double w = 0;
     for (int64_t i = 0; i < o.size(); ++i) w = std::max(w, uo(elem_diff(tb.at(i), ref.at(i)), o.at(i)) / own(size_t(i)));
     return w;
   };
   double w = over(o);
-  if (w <= 1 || is_token_sum(s)) return w;
-  TensorMap deps;
-  for (const char* d : s.deps) {
-    const bool fits = b.has(d) && (stage(d).group == Group::inputs || b.get(d).shape == stage_shape(stage(d), b.prob));
-    deps[d] = fits ? b.get(d) : refs.oracle().get(d);
-  }
-  return std::min(w, over(cpu_stage(s.name, b.prob, deps, Precision::fp64)));
+  if (w <= 1) return w;
+  if (is_token_sum(s)) return sum_replay ? std::min(w, over(*sum_replay)) : w;
+  return std::min(w, over(replay_in_b(s.name, b, refs)));
 }
 
 }  // namespace
@@ -340,9 +347,11 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       if (!r.class_limit.count(c)) {
         const Tensor& pc = refs.plain(c).get(s.name);
         r.class_error[c] = max_error(pc, o, uo, bf);
-        // a per-token stage of a small block: its largest error over more evaluations (other
-        // orders over K and D), so that s(m) need not stretch one sample of a few elements
-        // (T = 1: s = 296, and inv_rms off by 1e-3 passed at K = 4096)
+        // a per-token stage: its largest error over more evaluations in other orders over K, D,
+        // n and N (references.h): the reversed chains, where a dominant last term is first (an
+        // outlier channel at k = K - 1, summed from K - 1 down by a correct kernel, failed inv_rms
+        // at 2.9x its limit), and in a small block shuffled ones, so that s(m) need not stretch
+        // one sample of a few elements (T = 1: s = 296, and inv_rms off by 1e-3 passed at K = 4096)
         int64_t m = tb.size();
         if (per_token(s))
           for (const Case& q : refs.reordered(c)) r.class_error[c] = std::max(r.class_error[c], max_error(q.get(s.name), o, uo, bf)), m += tb.size();
@@ -399,7 +408,9 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     for (int64_t i = 0; i < int64_t(err.size()); ++i)
       mask[size_t(i)] = !(err[size_t(i)] <= limit_at(size_t(i))) || (check_rounded && rounded_badly[size_t(i)]);
     r.mismatches = std::count(mask.begin(), mask.end(), 1);
-    r.reference_over = reference_over(s, tb, o, uo, [&](size_t i) { return limit_at(i) - r.reference_error; }, b, refs);
+    auto given = sums.ref_replays.find(s.name);
+    r.reference_over = reference_over(s, tb, o, uo, [&](size_t i) { return limit_at(i) - r.reference_error; }, b, refs,
+                                      given != sums.ref_replays.end() ? &given->second : nullptr);
     bool fails = r.accuracy > opt.accept;
     r.status = fails ? Status::diverged : Status::ok;
     if (fails) {
@@ -416,8 +427,10 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     rep.stages.push_back(r);
   }
 
-  for (const std::string& name : sums.want)  // this block's part of a sum over tokens, replayed from A
+  for (const std::string& name : sums.want) {  // this block's part of a sum over tokens, replayed from A and B
     sums.replays_added[name] = recompute(name, Precision::fp64);
+    sums.ref_replays_added[name] = replay_in_b(name, b, refs);
+  }
   return rep;  // the verdict is the merged report's (finish_report)
 }
 

@@ -80,21 +80,32 @@ void reorder_columns(Case& c, const std::vector<int64_t>& order, bool back) {
 
 const std::vector<Case>& References::reordered(Accuracy c) {
   auto [it, fresh] = reordered_.try_emplace(ref_key(c));
-  const int64_t T = inputs_.t.empty() ? kTokenBlock : inputs_.prob.T(), D = inputs_.prob.D;
-  // fewer where D has fewer other orders (D! - 1: none at D = 1); 7 at most: 31 took 5x the
-  // CPU time of the whole diff at 1,4,7168 (s(8 m) = 4.8 at m = 1, against 296)
-  const int64_t others = D == 1 ? 0 : D == 2 ? 1 : D == 3 ? 5 : 7;
-  if (fresh && T > 0 && T < kTokenBlock)
-    for (int q = 0; q < int(std::min<int64_t>(others, (kTokenBlock + T - 1) / T - 1)); ++q) {
+  if (!fresh || inputs_.t.empty()) return it->second;
+  // only the per-token stages are read: the rest would hold memory
+  auto keep_per_token = [](Case& e) {
+    for (auto t = e.t.begin(); t != e.t.end();) {
+      const Stage& s = stage(t->first);
+      t = s.group != Group::inputs && per_token(s) ? std::next(t) : e.t.erase(t);
+    }
+  };
+  Arith reversed = plain_arith(c);
+  reversed.reversed = true;
+  Case r = inputs_;
+  cpu_run(r, reversed);
+  keep_per_token(r);
+  it->second.push_back(std::move(r));
+  const int64_t T = inputs_.prob.T(), D = inputs_.prob.D;
+  // shuffled orders where D has others (D! - 1: none at D = 1); 6 at most, 7 with the reversed
+  // one: 31 took 5x the CPU time of the whole diff at 1,4,7168 (s(8 m) = 4.8 at m = 1, against 296)
+  const int64_t others = D == 1 ? 0 : D == 2 ? 1 : D == 3 ? 5 : 6;
+  if (T > 0 && T < kTokenBlock)
+    for (int q = 0; q < int(std::min<int64_t>(others, (kTokenBlock + T - 1) / T - 2)); ++q) {
       const std::vector<int64_t> order = column_order(D, q);
       Case e = inputs_;
       reorder_columns(e, order, false);
       cpu_run(e, plain_arith(c));
       reorder_columns(e, order, true);
-      for (auto t = e.t.begin(); t != e.t.end();) {  // only the per-token stages are read: the rest would hold memory
-        const Stage& s = stage(t->first);
-        t = s.group != Group::inputs && per_token(s) ? std::next(t) : e.t.erase(t);
-      }
+      keep_per_token(e);
       it->second.push_back(std::move(e));
     }
   return it->second;

@@ -34,12 +34,14 @@ class References {
   const Case& plain(Accuracy c) { return get(ref_key(c)); }
   const Case& get(int key);
 
-  // More plain class-C evaluations of a block of fewer than kTokenBlock tokens (none from the
-  // second constructor): ceil(kTokenBlock / tokens) - 1 of them, at most 7 (and at most D! - 1),
-  // each with the columns of every D-long run (x's d, phi's k stream by stream, ...) in another
-  // fixed order, its per-token stages put back in the original one. Other sequential chains
-  // over K and D: samples of a correct kernel's error where one evaluation's few elements say
-  // little (engine.cpp).
+  // More plain class-C evaluations of the block (none from the second constructor), their
+  // per-token stages only: the reversed one (every per-token chain from its last index down: a
+  // dominant term last in the plain chain is first there), and in a block of fewer than
+  // kTokenBlock tokens ceil(kTokenBlock / tokens) - 2 more, at most 6 (and at most D! - 1), each
+  // with the columns of every D-long run (x's d, phi's k stream by stream, ...) in another fixed
+  // order, its stages put back in the original one. Other sequential chains over K and D:
+  // samples of a correct kernel's error where the plain chain's order or one evaluation's few
+  // elements say little (engine.cpp).
   const std::vector<Case>& reordered(Accuracy c);
 
  private:

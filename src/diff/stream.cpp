@@ -288,7 +288,7 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
   DiffOptions block_opt = opt;
   block_opt.require.clear(), block_opt.progress = nullptr;
   std::map<int, TokenSums> ref_sums;  // the oracle's and the accepted class's sums over tokens
-  std::map<std::string, Tensor> replays;  // fp64 replays of A's sums over tokens
+  std::map<std::string, Tensor> replays, ref_replays;  // fp64 replays of A's and B's sums over tokens
   std::set<std::string> want;
   if (with_sums && budget) want = a.sum_stages();
   std::map<int, std::map<std::string, SumNoise>> noise;  // per class: dalpha's and dbias's SumNoise
@@ -306,11 +306,12 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
     BlockSums bs;
     bs.want = want;
     DiffReport br = diff_block(ab, bb, refs, block_opt, bs);
-    for (auto& [name, t] : bs.replays_added) {
-      auto [it, fresh] = replays.try_emplace(name, t);
-      if (!fresh)
-        for (int64_t i = 0; i < t.size(); ++i) it->second.data<double>()[i] += t.data<double>()[i];
-    }
+    for (auto [added, total] : {std::pair{&bs.replays_added, &replays}, std::pair{&bs.ref_replays_added, &ref_replays}})
+      for (auto& [name, t] : *added) {
+        auto [it, fresh] = total->try_emplace(name, t);
+        if (!fresh)
+          for (int64_t i = 0; i < t.size(); ++i) it->second.data<double>()[i] += t.data<double>()[i];
+      }
     for (StageReport& r : br.stages) {
       if (!merged.count(r.name)) order.push_back(r.name);
       merge(merged[r.name], std::move(r), P, t0, ab, opt);
@@ -345,7 +346,7 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
       return c;
     });
     BlockSums bs;
-    bs.replays = std::move(replays);
+    bs.replays = std::move(replays), bs.ref_replays = std::move(ref_replays);
     bs.sigma = [&](Accuracy c, const std::string& name) -> std::vector<double> {
       refs.get(ref_key(c));  // its pass over B's inputs fills noise[c]
       auto k = noise.find(ref_key(c));

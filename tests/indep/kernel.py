@@ -4,12 +4,13 @@ backward with hand-written backward formulas (no autograd), written from docs/sc
 It behaves like a user's kernel for testing `mhc diff`: it reads a case's /inputs and
 writes every stage to an HDF5 file in mhc's schema.
 
-    /usr/bin/python3 tests/indep/kernel.py IN.h5 OUT.h5 [--order seq|tile64|tile256|splitk|blas]
+    /usr/bin/python3 tests/indep/kernel.py IN.h5 OUT.h5 [--order seq|rev|tile64|tile256|splitk|blas]
         [--gemm fp32|tf32|bf16] [--bug NAME] [--stages all|forward|backward|none|STAGE,...]
         [--rename OLD=NEW] [--dtype-override STAGE=float16] [--reshape STAGE]
 
 --order   summation order of every reduction (over K = n*D, D, n, N, and over tokens):
-          seq = one sequential float32 chain; tile64/tile256 = chains within tiles of that
+          seq = one sequential float32 chain; rev = the same chain from the last index down
+          (a term last in seq is first in rev); tile64/tile256 = chains within tiles of that
           length, then a sequential sum of the tile partials; splitk = 4 contiguous split
           partials, each a chain, added as a pairwise tree; blas = torch.matmul / torch.sum.
 --gemm    tf32: GEMM operands (phi*gamma in h_mix; dh_mix and phi in dvecX; dh_mix in dphi)
@@ -40,7 +41,7 @@ import torch
 
 FORWARD = ["inv_rms", "h_mix", "h_pre", "h_post", "h_res", "h_in"]
 BACKWARD = ["dh_pre", "dh_mix", "dinv_rms", "dvecX", "dx", "dphi", "dalpha", "dbias", "dgamma"]
-ORDERS = ["seq", "tile64", "tile256", "splitk", "blas"]
+ORDERS = ["seq", "rev", "tile64", "tile256", "splitk", "blas"]
 SPLITS = 4  # split-K partials of --order splitk
 BUGS = {
     "tail_tile": "h_mix drops the last partial K tile of 64 columns (K % 64 != 0)",
@@ -138,6 +139,8 @@ def ordered_sum(order, operands, factors, blas):
     """
     if order == "blas":
         return blas()
+    if order == "rev":
+        operands, order = [o.flip(0) for o in operands], "seq"
     L = operands[0].shape[0]
     B = block_length(order, L)
     nb = math.ceil(L / B)

@@ -23,14 +23,19 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import h5py
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 KERNEL = os.path.join(HERE, "kernel.py")
 PYTHON = sys.executable
 TIMEOUT_S = 300
-ORDERS = ["seq", "tile64", "tile256", "splitk", "blas"]
+ORDERS = ["seq", "rev", "tile64", "tile256", "splitk", "blas"]
 CLEAN_SHAPES = ["256,4,1024", "1024,4,4096", "2048,4,2560", "512,6,1024", "512,8,512", "2,128,4,512"]
 QUICK_CLEAN = [("256,4,1024", "seq"), ("512,6,1024", "splitk"), ("512,8,512", "blas"),
                ("2,128,4,512", "tile64"), ("256,4,1024", "tile256")]
+# A shape's suffix @outlier: x[..., n-1, D-1] = 256 on every token after `mhc gen`, an LLM's
+# "massive activation" channel at k = K - 1: last in the plain chain, first in order rev.
+OUTLIER_CLEAN = [("256,4,2048@outlier", "rev"), ("256,4,2048@outlier", "splitk"), ("3,4,2048@outlier", "rev")]
 BUG_SHAPE = "1024,4,1000"  # T = 1024 (late_tokens), K % 64 = 32 (tail_tile)
 TIES_SHAPE = "2048,4,4096"  # enough exact bf16 ties in h_in for halfup/double rounding
 FORMAT_SHAPE = "256,4,256"
@@ -193,7 +198,7 @@ def contract(rc, report):
 # ---------------------------------------------------------------- the cases
 
 def clean_cases(quick):
-    pairs = QUICK_CLEAN if quick else [(s, o) for s in CLEAN_SHAPES for o in ORDERS]
+    pairs = (QUICK_CLEAN if quick else [(s, o) for s in CLEAN_SHAPES for o in ORDERS]) + OUTLIER_CLEAN
     return [Case(f"clean {o} {s} vs {ref}", s, ["--order", o], ref=ref,
                  checks=[exit_is(0), field_is("verdict", "match")])
             for s, o in pairs for ref in ("cpu", "cpu:fp64")]
@@ -314,17 +319,24 @@ class Runner:
         return self.files[key]
 
     def inputs(self, shape, seed):
-        path = os.path.join(self.workdir, f"in_{shape.replace(',', 'x')}_s{seed}.h5")
+        path = os.path.join(self.workdir, f"in_{shape.replace(',', 'x').replace('@', '_')}_s{seed}.h5")
         if os.path.exists(path) and (shape, seed) not in self.files:
             os.remove(path)  # mhc gen refuses to overwrite
-        return self.make((shape, seed), path, [self.mhc, "gen", "--shape", shape, "--seed", str(seed), path])
+        gen_shape, _, edit = shape.partition("@")
+        fresh = (shape, seed) not in self.files
+        made = self.make((shape, seed), path, [self.mhc, "gen", "--shape", gen_shape, "--seed", str(seed), path])
+        if fresh and made[1] is None and edit == "outlier":
+            with h5py.File(path, "r+") as f:
+                x = f["inputs/x"]
+                x[..., x.shape[-2] - 1, x.shape[-1] - 1] = 256.0  # exact in bf16
+        return made
 
     def dump(self, shape, kernel_args):
         inp, problem = self.inputs(shape, self.seed_of(shape))
         if problem:
             return None, problem
         tag = "_".join(a.strip("-").replace("=", "-").replace(",", "-") for a in kernel_args) or "clean"
-        path = os.path.join(self.workdir, f"out_{shape.replace(',', 'x')}_{tag}.h5")
+        path = os.path.join(self.workdir, f"out_{shape.replace(',', 'x').replace('@', '_')}_{tag}.h5")
         return self.make((shape, tuple(kernel_args)), path, [PYTHON, KERNEL, inp, path, *kernel_args])
 
     def case_keys(self, case):
