@@ -224,6 +224,17 @@ TEST_SUITE("hostile") {
     CHECK(test::sh(test::mhc("run -q --allow-nonfinite " + h.in + " " + h.out)).rc == 0);
   }
 
+  TEST_CASE("x whose fp32 sum of squares overflows: an error naming the token and the cause, not an inv_rms of 0") {
+    // 2^70 x is exact in bf16 and every true output fits fp32, but x^2 summed in fp32 is inf and
+    // 1/sqrt(inf) = 0, which was written with exit 0 (forward only: no non-finite value follows)
+    Hostile h("overflow");
+    h.edit("x = f['inputs/x']; v = x[()]; v[3] *= 2.0**70; x[...] = v; "
+           "[f['inputs'].__delitem__(g) for g in ('dh_in', 'dh_post', 'dh_res')]");
+    h.expect_error("run " + h.in + " " + h.out, {"inv_rms at token 3 is 0", "2^7", "overflows float32", "--precision fp64"});
+    h.expect_error("diff cpu cpu:fp64 --input " + h.in, {"inv_rms at token 3 is 0", "overflows float32"});
+    CHECK(test::sh(test::mhc("run -q --precision fp64 " + h.in + " " + h.out)).rc == 0);
+  }
+
   TEST_CASE("exec: a dump whose stage is not the schema's shape or dtype is one error naming it (run, diff, check)") {
     Hostile h("exec_shape");
     // writes one dataset: PATH, SHAPE ("" for a scalar), DTYPE

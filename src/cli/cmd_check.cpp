@@ -50,7 +50,7 @@ std::string broken_invariant(const Case& a) {
       if (double v = t.at(i); std::isfinite(v) && !(v >= r.lo && v <= r.hi))
         return cat(r.stage, " = ", v, " at token ", i / per, " is outside ", r.range);
   }
-  if (std::string at = a.first_nonfinite(); !at.empty()) return cat("not finite: ", at);
+  if (std::string at = a.first_failed(); !at.empty()) return at;
   return "";
 }
 

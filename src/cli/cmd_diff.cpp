@@ -228,6 +228,10 @@ void add_diff(CLI::App& app, int& rc) {
       std::cerr << "mhc diff: comparing tokens " << t0 << ".." << t1 - 1 << " of " << prob.T()
                 << "; dphi, dalpha, dbias and dgamma (sums over all tokens) are not compared\n";
     }
+    auto failed_outputs = [&](const std::string& side, const Case& c) {
+      if (std::string at = c.first_failed(); !at.empty() && !o->allow_nonfinite)
+        fail(side, ": the backend's outputs fail, first ", at, "; nothing to compare (--allow-nonfinite compares them anyway)");
+    };
     // A backend side: the golden runs chunk by chunk; another backend on the whole case.
     auto backend_side = [&](const std::string& text) -> std::shared_ptr<Side> {
       BackendSpec spec = parse_backend(text);
@@ -235,9 +239,7 @@ void add_diff(CLI::App& app, int& rc) {
       if (spec.backend->streams) return cpu_side(in, Arith(spec.prec));
       Case c = whole_inputs(*in);
       run_backend(spec, c, Pass::both, true);
-      if (std::string at = c.first_nonfinite(); !at.empty() && !o->allow_nonfinite)
-        fail(text, ": the backend's outputs are not finite, first ", at, " (norm_eps = ", c.prob.norm_eps,
-             "; an all-zero token?); nothing to compare (--allow-nonfinite compares them anyway)");
+      failed_outputs(text, c);
       return case_side(std::move(c));
     };
     std::shared_ptr<Side> a = a_backend ? backend_side(o->a) : a_file, b = b_backend ? backend_side(o->b) : b_file;
@@ -245,9 +247,7 @@ void add_diff(CLI::App& app, int& rc) {
     // Each block: the golden's outputs are finite, and the inputs of A and B agree.
     auto check = [&](const Case& ab, const Case& bb) {
       for (auto [side, c, backend] : {std::tuple{&o->a, &ab, a_backend}, std::tuple{&o->b, &bb, b_backend}})
-        if (std::string at = backend ? c->first_nonfinite() : ""; !at.empty() && !o->allow_nonfinite)
-          fail(*side, ": the backend's outputs are not finite, first ", at, " (norm_eps = ", c->prob.norm_eps,
-               "; an all-zero token?); nothing to compare (--allow-nonfinite compares them anyway)");
+        if (backend) failed_outputs(*side, *c);
       if (!files_differ.empty()) return;  // --ignore-inputs
       if (std::string d = inputs_difference(ab, bb); !d.empty()) {
         const std::string& file = a_backend ? o->b : o->a;

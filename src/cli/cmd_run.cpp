@@ -74,9 +74,8 @@ void add_run(CLI::App& app, int& rc) {
     lo.strict = o->strict;
     lo.allow_nonfinite = o->allow_nonfinite;
     auto nonfinite = [&](const Case& c, int64_t t0) {
-      if (std::string at = c.first_nonfinite(t0); !at.empty() && !o->allow_nonfinite)
-        fail(o->in, ": the operator's outputs are not finite, first ", at, " (norm_eps = ", c.prob.norm_eps,
-             "; an all-zero token?); nothing written; --allow-nonfinite writes them anyway");
+      if (std::string at = c.first_failed(t0); !at.empty() && !o->allow_nonfinite)
+        fail(o->in, ": the operator's outputs fail, first ", at, "; nothing written; --allow-nonfinite writes them anyway");
     };
     std::map<std::string, StatsAccumulator> summary;  // stage -> statistics over every chunk
     auto add_summary = [&](const Case& c) {

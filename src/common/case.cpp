@@ -34,18 +34,34 @@ Case Case::inputs_only() const {
   return c;
 }
 
-std::string Case::first_nonfinite(int64_t token_offset) const {
+std::string Case::first_failed(int64_t token_offset) const {
+  // why token i's values failed, from its x: "" where x does not tell
+  auto cause = [&](int64_t i) -> std::string {
+    if (!has("x") || prob.T() == 0) return "";
+    const Tensor& x = get("x");
+    const int64_t K = x.size() / prob.T();
+    double m = 0;
+    for (int64_t k = 0; k < K; ++k) m = std::max(m, std::abs(x.at(i * K + k)));
+    if (m == 0) return prob.norm_eps == 0 ? ": x is all zero there and norm_eps = 0" : "";
+    if (m * m * double(K) >= std::ldexp(1.0, 128))
+      return cat(": |x| reaches 2^", std::ilogb(m), " there, and the sum of its squares overflows float32 (--precision fp64 "
+                 "evaluates it)");
+    return "";
+  };
   for (const Stage& s : stage_table()) {
     if (s.group == Group::inputs || !has(s.name)) continue;
     const Tensor& x = get(s.name);
+    const bool zero_ok = s.name != std::string("inv_rms");  // 1/sqrt(sum + eps) > 0 for finite sums
     const int64_t i = visit(x, [&](auto p) {
       for (int64_t k = 0; k < x.size(); ++k)
-        if (!std::isfinite(as_double(p[k]))) return k;
+        if (double v = as_double(p[k]); !std::isfinite(v) || (!zero_ok && v == 0)) return k;
       return int64_t(-1);
     });
-    if (i >= 0)
-      return cat(s.name, per_token(s) ? cat(" at token ", token_offset + i / std::max<int64_t>(1, x.size() / prob.T()))
-                                      : cat(" at element ", i));
+    if (i < 0) continue;
+    const std::string what = std::isfinite(x.at(i)) ? "0" : "not finite";
+    if (!per_token(s)) return cat(s.name, " at element ", i, " is ", what);
+    const int64_t t = i / std::max<int64_t>(1, x.size() / prob.T());
+    return cat(s.name, " at token ", token_offset + t, " is ", what, cause(t));
   }
   return "";
 }

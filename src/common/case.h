@@ -29,9 +29,11 @@ struct Case {
   // Tokens [t0, t1) of the flattened token axis, as a case of layout [t1-t0]: per-token
   // tensors sliced, parameters kept, sums over all tokens dropped.
   Case token_slice(int64_t t0, int64_t t1) const;
-  // "" when every computed stage is finite, else where the first NaN/Inf is ("h_pre at token 3");
-  // token indices count from token_offset (a chunk of a larger case).
-  std::string first_nonfinite(int64_t token_offset = 0) const;
+  // "" when every computed stage holds a value its arithmetic can give, else the first that
+  // does not, with its likely cause: a NaN/Inf, or an inv_rms of 0 (its sum of squares
+  // overflowed), as "inv_rms at token 3 is 0: |x| reaches 2^70 there, ...". Token indices
+  // count from token_offset (a chunk of a larger case).
+  std::string first_failed(int64_t token_offset = 0) const;
 };
 
 }  // namespace mhc

@@ -24,6 +24,10 @@ struct BlockSums {
   // estimate of the sigma of a correct kernel's error in each element, in the stage's values
   // (stream.cpp, docs/diff.md); empty where there is none.
   std::function<std::vector<double>(Accuracy, const std::string&)> sigma;
+  // Given for the sums over tokens with many elements (dphi, dgamma): per element, the sigma of
+  // a sequential fp32 chain's own rounding there, in the stage's values (stream.cpp); a floor
+  // of the limit where a few large terms dominate an element. Empty where there is none.
+  std::function<std::vector<double>(const std::string&)> chain;
 };
 
 // Compares one block: every stage present on both sides, with per-element errors and masks

@@ -157,6 +157,56 @@ struct SumNoise {
   }
 };
 
+// The rounding of a sequential fp32 chain over tokens in a sum with many elements (dphi, dgamma;
+// docs/diff.md, "Sums over tokens with many elements"): per element, the partial sums s_t of the
+// oracle's per-token terms a_t, carried from block to block in token order, and sum_t (s_t^2 +
+// a_t^2), since each addition rounds by at most u|s_t| and each product by at most u|a_t|,
+// uniformly. dphi's terms are before gamma (dh_mix[t,j] x[t,k]), dgamma's x[t,k] dvecX[t,k].
+struct ChainNoise {
+  std::vector<double> run, sq, scale;  // per element; scale: gamma for dphi (dphi = gamma * the sum)
+
+  void add(const std::string& name, const Case& o) {
+    const bool dphi = name == "dphi";
+    const int64_t T = o.prob.T(), K = o.prob.K(), rows = dphi ? o.prob.N() : 1;
+    if (run.empty()) {
+      run.assign(size_t(rows * K), 0), sq = run;
+      if (dphi && o.has("gamma"))
+        for (int64_t k = 0; k < K; ++k) scale.push_back(o.get("gamma").at(k));
+    }
+    const Tensor &x = o.get("x"), &f = o.get(dphi ? "dh_mix" : "dvecX");  // f: [T,N] or [T,K], fp64
+    const double* fv = f.data<double>();
+    constexpr int64_t kSlice = 256;  // columns a thread walks every token of: run and sq stay in cache
+#pragma omp parallel for schedule(static)
+    for (int64_t k0 = 0; k0 < K; k0 += kSlice) {
+      const int64_t w = std::min(kSlice, K - k0);
+      double xs[kSlice];
+      for (int64_t t = 0; t < T; ++t) {
+        visit(x, [&](auto* xp) {
+          for (int64_t c = 0; c < w; ++c) xs[c] = as_double(xp[t * K + k0 + c]);
+        });
+        for (int64_t r = 0; r < rows; ++r) {
+          double* ru = &run[size_t(r * K + k0)];
+          double* q = &sq[size_t(r * K + k0)];
+          for (int64_t c = 0; c < w; ++c) {
+            const double a = xs[c] * (dphi ? fv[t * rows + r] : fv[t * K + k0 + c]);
+            ru[c] += a;
+            q[c] += ru[c] * ru[c] + a * a;
+          }
+        }
+      }
+    }
+  }
+
+  std::vector<double> sigma() const {
+    const double u = std::ldexp(1.0, -24);
+    std::vector<double> out(sq.size());
+    const size_t K = scale.empty() ? 1 : scale.size();
+    for (size_t i = 0; i < sq.size(); ++i)
+      out[i] = u * std::sqrt(sq[i] / 3) * (scale.empty() ? 1.0 : std::abs(scale[i % K]));
+    return out;
+  }
+};
+
 // Adds a block's per-token terms of dalpha and dbias, as the plain evaluation `plain` (in its
 // arithmetic `arith`) and the oracle form them, to noise.
 void add_noise(std::map<std::string, SumNoise>& noise, const Case& plain, const Case& oracle, Arith arith) {
@@ -292,6 +342,7 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
   std::set<std::string> want;
   if (with_sums && budget) want = a.sum_stages();
   std::map<int, std::map<std::string, SumNoise>> noise;  // per class: dalpha's and dbias's SumNoise
+  std::map<std::string, ChainNoise> chain;                // dphi's and dgamma's
 
   std::vector<std::string> order;
   std::map<std::string, Merged> merged;
@@ -301,8 +352,12 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
     if (check) check(ab, bb);
     References refs(bb, with_sums ? &ref_sums : nullptr);
     if (budget) refs.oracle(), refs.plain(opt.accept);  // every block: their sums over tokens are complete
-    if (budget && with_sums)
+    if (budget && with_sums) {
       add_noise(noise[ref_key(opt.accept)], refs.plain(opt.accept), refs.oracle(), plain_arith(opt.accept));
+      if (refs.oracle().has_gradients())
+        for (const char* name : {"dphi", "dgamma"})
+          if (want.count(name)) chain[name].add(name, refs.oracle());
+    }
     BlockSums bs;
     bs.want = want;
     DiffReport br = diff_block(ab, bb, refs, block_opt, bs);
@@ -353,6 +408,10 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
       if (k == noise.end()) return {};
       auto it = k->second.find(name);
       return it == k->second.end() ? std::vector<double>{} : it->second.sigma();
+    };
+    bs.chain = [&](const std::string& name) {
+      auto it = chain.find(name);
+      return it == chain.end() ? std::vector<double>{} : it->second.sigma();
     };
     const Case as = a.sums();
     DiffReport sr = diff_block(as, b.sums(), refs, block_opt, bs);

@@ -35,7 +35,8 @@ QUICK_CLEAN = [("256,4,1024", "seq"), ("512,6,1024", "splitk"), ("512,8,512", "b
                ("2,128,4,512", "tile64"), ("256,4,1024", "tile256")]
 # A shape's suffix @outlier: x[..., n-1, D-1] = 256 on every token after `mhc gen`, an LLM's
 # "massive activation" channel at k = K - 1: last in the plain chain, first in order rev.
-OUTLIER_CLEAN = [("256,4,2048@outlier", "rev"), ("256,4,2048@outlier", "splitk"), ("3,4,2048@outlier", "rev")]
+OUTLIER_CLEAN = [("256,4,2048@outlier", "rev"), ("256,4,2048@outlier", "splitk"), ("3,4,2048@outlier", "rev"),
+                 ("300,4,1024@outlier", "tile64"), ("2,4,1024@outlier", "seq")]
 BUG_SHAPE = "1024,4,1000"  # T = 1024 (late_tokens), K % 64 = 32 (tail_tile)
 TIES_SHAPE = "2048,4,4096"  # enough exact bf16 ties in h_in for halfup/double rounding
 FORMAT_SHAPE = "256,4,256"
