@@ -224,6 +224,25 @@ TEST_SUITE("hostile") {
     CHECK(test::sh(test::mhc("run -q --allow-nonfinite " + h.in + " " + h.out)).rc == 0);
   }
 
+  TEST_CASE("a reference B with a NaN or Inf where the oracle is finite: invalid, naming the stage (it matched)") {
+    // B's own error against the oracle was inf, so its limit was inf and B's check inf - inf
+    Hostile h("nan_reference");
+    REQUIRE(test::sh(test::mhc("run -q " + h.in + " " + h.out)).rc == 0);
+    for (const char* value : {"float('nan')", "float('inf')"}) {
+      auto e = test::sh(std::string(MHC_PYTHON) + " -c \"import h5py; f = h5py.File('" + h.out + "', 'r+'); d = f['forward/h_mix']; " +
+                        "v = d[()]; v[3, 5] = " + value + "; d[...] = v; f.close()\"");
+      REQUIRE(e.rc == 0);
+      for (const std::string a : {"cpu", "cpu:fp64"}) {
+        auto r = test::sh(test::mhc("diff " + a + " " + h.out));
+        CAPTURE(value);
+        CAPTURE(a);
+        CAPTURE(r.out);
+        CHECK(r.rc == 2);
+        CHECK(r.out.find("itself off the fp64 oracle, first at h_mix (NaN or Inf where the oracle is finite)") != std::string::npos);
+      }
+    }
+  }
+
   TEST_CASE("x whose fp32 sum of squares overflows: an error naming the token and the cause, not an inv_rms of 0") {
     // 2^70 x is exact in bf16 and every true output fits fp32, but x^2 summed in fp32 is inf and
     // 1/sqrt(inf) = 0, which was written with exit 0 (forward only: no non-finite value follows)

@@ -191,9 +191,13 @@ Tensor replay_in_b(const std::string& name, const Case& b, References& refs) {
 template <class Own>
 double reference_over(const Stage& s, const Tensor& tb, const Tensor& o, const Unit& uo, const Own& own, const Case& b,
                       References& refs, const Tensor* sum_replay) {
-  auto over = [&](const Tensor& ref) {
+  auto over = [&](const Tensor& ref) {  // a NaN/Inf of B where ref is finite: kInf (its own limit is then inf too)
     double w = 0;
-    for (int64_t i = 0; i < o.size(); ++i) w = std::max(w, uo(elem_diff(tb.at(i), ref.at(i)), o.at(i)) / own(size_t(i)));
+    for (int64_t i = 0; i < o.size(); ++i) {
+      const double d = elem_diff(tb.at(i), ref.at(i));
+      if (d == kInf) return kInf;
+      w = std::max(w, uo(d, o.at(i)) / own(size_t(i)));
+    }
     return w;
   };
   double w = over(o);
@@ -501,11 +505,12 @@ std::string DiffReport::verdict_line() const {
         why += cat(why.empty() ? "" : "; ", s.note, s.hint.empty() ? "" : cat(" (", s.hint, ")"));
     for (auto& s : stages)
       if (s.name == reference_wrong) {
-        char over[32];
-        std::snprintf(over, sizeof over, "%.3g", s.reference_over);
+        char over[64];
+        std::snprintf(over, sizeof over, std::isinf(s.reference_over) ? "NaN or Inf where the oracle is finite"
+                                                                      : "%.3gx the limit a correct kernel meets there",
+                      s.reference_over);
         why += cat(why.empty() ? "" : "; ", "the reference B is itself off the fp64 oracle, first at ", s.name, " (", over,
-                   "x the limit a correct kernel meets there): put the trusted side as B (mhc diff mine.h5 golden.h5), "
-                   "or compare B with cpu:fp64");
+                   "): put the trusted side as B (mhc diff mine.h5 golden.h5), or compare B with cpu:fp64");
       }
     for (auto& s : stages)
       if (s.name == no_budget) {
