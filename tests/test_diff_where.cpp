@@ -279,9 +279,11 @@ TEST_SUITE("diff") {
       }
     }
 
-    // a misspelled group is not the user's own: /forward renamed /foward, /backward /Backward
+    // a misspelled group is not the user's own: /forward renamed /foward, /backward /Backward; nor
+    // is one that holds stages missing from their schema path (/fwd, /grads: more than two edits)
     save_case(dir + "/ref.h5", ref);
-    for (auto [from, to, one] : {std::tuple{"forward", "foward", "h_mix"}, std::tuple{"backward", "Backward", "dphi"}}) {
+    for (auto [from, to, one] : {std::tuple{"forward", "foward", "h_mix"}, std::tuple{"backward", "Backward", "dphi"},
+                                 std::tuple{"forward", "fwd", "h_mix"}, std::tuple{"backward", "grads", "dphi"}}) {
       CAPTURE(to);
       const std::string moved = cat(dir, "/", to, ".h5");
       auto mv = test::sh(cat("cp ", dir, "/ref.h5 ", moved, " && ", MHC_PYTHON, " -c \"import h5py; f = h5py.File('", moved,
@@ -295,7 +297,7 @@ TEST_SUITE("diff") {
     auto own = test::sh(cat("cp ", dir, "/ref.h5 ", dir, "/extra.h5 && ", MHC_PYTHON, " -c \"import h5py; f = h5py.File('",
                             dir, "/extra.h5', 'r+'); f['extra/h_mix'] = f['forward/h_mix'][...]\""));
     REQUIRE(own.rc == 0);
-    CHECK(test::sh(test::mhc("diff " + dir + "/extra.h5 cpu")).rc == 0);  // /extra is the user's own
+    CHECK(test::sh(test::mhc("diff " + dir + "/extra.h5 cpu")).rc == 0);  // /extra is the user's own (h_mix is in /forward)
 
     Case nothing = ref.inputs_only();
     CHECK(test::diff(nothing, ref).verdict == Verdict::invalid);

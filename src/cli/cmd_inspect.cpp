@@ -16,17 +16,19 @@ void add_inspect(CLI::App& app, int& rc) {
   sub->callback([file, &rc] {
     std::map<std::string, std::string> attrs;
     std::vector<DatasetInfo> datasets = list_datasets(*file, &attrs);
-    std::printf("%s", file->c_str());
-    for (auto& [k, v] : attrs) std::printf("  %s=%s", k.c_str(), v.c_str());
+    std::printf("%s", one_line(*file).c_str());
+    for (auto& [k, v] : attrs) std::printf("  %s=%s", one_line(k).c_str(), one_line(v).c_str());
     std::printf("\n%-22s %-16s %-9s %12s %12s %12s %8s %8s\n", "dataset", "shape", "dtype", "min", "max", "mean",
                 "nan", "inf");
     for (const DatasetInfo& d : datasets) {
-      std::printf("%-22s %-16s %-9s", d.path.c_str(), shape_str(d.shape).c_str(), d.type.c_str());
+      std::printf("%-22s %-16s %-9s", one_line(d.path).c_str(), shape_str(d.shape).c_str(), one_line(d.type).c_str());
       if (d.has_stats) {
         const Stats& s = d.stats;
         std::printf(" %12.5g %12.5g %12.5g %8lld %8lld", s.min, s.max, s.mean, (long long)s.nan, (long long)s.inf);
       } else if (d.is_float && !d.written) {
         std::printf("  (never written: no data stored)");
+      } else if (d.is_float && d.partly) {
+        std::printf("  (partly written: statistics skipped)");
       } else if (d.is_float) {
         std::printf("  (statistics skipped: more than %lld elements)", (long long)kInspectMaxElements);
       }

@@ -10,16 +10,6 @@
 #include "output_file.h"
 #include "read_guard.h"
 
-// Errors are one line, also when they quote names from a file: control characters escaped.
-static std::string one_line(const std::string& msg) {
-  std::string out;
-  for (unsigned char c : msg) {
-    if (c >= 0x20 && c != 0x7f) out += char(c);
-    else out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : mhc::cat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
-  }
-  return out;
-}
-
 int main(int argc, char** argv) {
   CLI::App app{"mhc: golden CPU backend, CUDA backend and stage-by-stage diff for the mHC pre operator"};
   app.set_version_flag("--version", mhc::version_string());
@@ -52,7 +42,7 @@ int main(int argc, char** argv) {
     std::cerr << "mhc: error: " << e.what() << " (see mhc --help)\n";
     return 2;
   } catch (const mhc::UserError& e) {
-    std::cerr << "mhc: error: " << one_line(e.what()) << "\n";
+    std::cerr << "mhc: error: " << mhc::one_line(e.what()) << "\n";
     // Outputs are committed or removed by now. Skip the exit handlers: after a failed write
     // (EFBIG) libhdf5 1.10 crashes closing the file again at library shutdown.
     std::cout.flush();

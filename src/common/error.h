@@ -21,6 +21,17 @@ std::string cat(const A&... a) {
   return os.str();
 }
 
+// Text for one line of a terminal, also when it quotes names from a file: control characters
+// escaped (\n, \t, \x1b).
+inline std::string one_line(const std::string& text) {
+  std::string out;
+  for (unsigned char c : text) {
+    if (c >= 0x20 && c != 0x7f) out += char(c);
+    else out += c == '\n' ? "\\n" : c == '\t' ? "\\t" : cat("\\x", "0123456789abcdef"[c >> 4], "0123456789abcdef"[c & 15]);
+  }
+  return out;
+}
+
 template <class... A>
 [[noreturn]] void fail(const A&... a) {
   throw UserError(cat(a...));

@@ -119,7 +119,8 @@ struct DatasetInfo {
   Shape shape;
   bool is_float = false;
   bool written = true;     // false: declared, no data stored (statistics would be of fill values)
-  bool has_stats = false;  // written float datasets up to kInspectMaxElements, read in slabs
+  bool partly = false;     // some chunks never written (statistics would be mostly of fill values)
+  bool has_stats = false;  // wholly written float datasets up to kInspectMaxElements, read in slabs
   Stats stats;
 };
 constexpr int64_t kInspectMaxElements = int64_t(1) << 28;

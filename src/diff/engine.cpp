@@ -527,7 +527,7 @@ std::string DiffReport::verdict_line() const {
   for (auto& s : stages)
     if (s.compared && s.has_accuracy) by_class[s.accuracy].push_back(s.name);
   if (verdict == Verdict::match) {
-    std::string line = cat("match: ", compared, " stages compared, all within ", accuracy_name(accept), " (");
+    std::string line = cat("match: ", compared, compared == 1 ? " stage" : " stages", " compared, all within ", accuracy_name(accept), " (");
     bool first = true;
     for (auto& [c, names] : by_class) {
       line += cat(first ? "" : ", ", names.size(), " ", accuracy_name(c));
