@@ -153,7 +153,10 @@ TEST_SUITE("cli") {
                              "run --timeout nan --backend 'exec:sleep 9 {in} {out}' a.h5 b.h5", "check cpu --timeout nan",
                              "diff cpu cpu --budget-factor nan", "diff cpu cpu --tolerance fixed --atol nan",
                              "diff cpu cpu --tolerance fixed --rtol inf", "diff cpu cpu --tolerance fixed --tol dphi=nan,nan",
-                             "diff cpu cpu --dump-diff x.h5 --report ./x.h5"}) {
+                             "diff cpu cpu --dump-diff x.h5 --report ./x.h5",
+                             // a 309-digit "range" for --chunk 0; a contradiction resolved in silence
+                             "run --chunk 0 a.h5 b.h5", "run --chunk -5 a.h5 b.h5", "diff cpu cpu --tile 0",
+                             "run --backend cpu:fp64 --precision fp32 a.h5 b.h5"}) {
       CAPTURE(args);
       auto e = test::sh(test::mhc(args));
       CHECK(e.rc == 2);
@@ -161,6 +164,14 @@ TEST_SUITE("cli") {
       CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
     }
     CHECK(test::sh(test::mhc("gen --shape 4611686018427387905,1,4 x.h5")).err.find("too large") != std::string::npos);
+    CHECK(test::sh(test::mhc("run --chunk 0 a.h5 b.h5")).err.find("--chunk: expected a whole number from 1") != std::string::npos);
+    // MHC_MAX_MEMORY=-1 was 2^64 - 1 bytes (strtoull), which let a 21 KB file ask for 558 GB
+    for (const char* limit : {"-1", "+5", "' 1000'", "99999999999999999999999", "1e9"}) {
+      CAPTURE(limit);
+      auto m = test::sh(std::string("MHC_MAX_MEMORY=") + limit + " " + test::mhc("gen --shape 8,4,8 x.h5"));
+      CHECK(m.rc == 2);
+      CHECK(m.err.find("expected a number of bytes") != std::string::npos);
+    }
     CHECK(!std::filesystem::exists("x.h5"));
     CHECK(test::sh(test::mhc("frobnicate")).rc == 2);
     for (const char* sub : {"gen", "run", "inspect", "bench", "diff"}) {

@@ -166,12 +166,13 @@ TEST_SUITE("hostile") {
     CHECK(load_case(h.dir + "/race.h5", LoadOptions{}, false).prob.T() == 64);
   }
 
-  TEST_CASE("SIGTERM, SIGINT and SIGUSR1 during a run remove the temporary file and exit 128+signal; an ignored SIGHUP stays ignored") {
+  TEST_CASE("SIGTERM, SIGINT, SIGUSR1, SIGQUIT and SIGXCPU during a run remove the temporary file and exit 128+signal; an ignored SIGHUP stays ignored") {
     Hostile h("signal");
     save_case(h.in, generate_case(parse_shape("4096,4,2048"), 4, true));
     // env --default-signal=INT: sh starts a background job with SIGINT ignored, and mhc keeps a signal ignored at its start
     const std::string run = "env --default-signal=INT " + test::mhc("run -q " + h.in + " " + h.out);
-    for (int sig : {SIGTERM, SIGINT, SIGUSR1, 0}) {
+    // SIGQUIT and SIGXCPU (`ulimit -t`, as batch schedulers set) left a partial output behind
+    for (int sig : {SIGTERM, SIGINT, SIGUSR1, SIGQUIT, SIGXCPU, 0}) {
       const std::string kill = sig ? cat("kill -", sig, " $p; ") : "kill -HUP $p; sleep 0.2; kill -TERM $p; ";
       auto r = test::sh((sig ? run : "(trap '' HUP; exec " + run + ")") + " & p=$!; sleep 0.4; " + kill + "wait $p; echo $?");
       CAPTURE(sig);
@@ -241,6 +242,20 @@ TEST_SUITE("hostile") {
         CHECK(r.out.find("itself off the fp64 oracle, first at h_mix (NaN or Inf where the oracle is finite)") != std::string::npos);
       }
     }
+  }
+
+  TEST_CASE("/inputs holds the schema's names only: a misspelled input or eps attribute is an error, not a default") {
+    // /inputs/gama ran with gamma = 1, an attribute norm_epsilon with norm_eps = 1e-6
+    Hostile h("input_names");
+    h.edit("g = f['inputs']; g['gama'] = g['gamma'][()]; del g['gamma']");
+    h.expect_error("run " + h.in + " " + h.out, {"/inputs/gama: not an input of the schema", "did you mean /inputs/gamma?"});
+    h.expect_error("diff cpu cpu:fp64 --input " + h.in, {"/inputs/gama"});
+    Hostile a("input_attrs");
+    a.edit("f['inputs'].attrs['norm_epsilon'] = 0.5");
+    a.expect_error("run " + a.in + " " + a.out, {"attribute norm_epsilon is not norm_eps or hc_eps"});
+    Hostile ok("input_other_attr");  // an attribute of the user's own, not like an eps
+    ok.edit("f['inputs'].attrs['description'] = 'layer 3'");
+    CHECK(test::sh(test::mhc("run -q " + ok.in + " " + ok.out)).rc == 0);
   }
 
   TEST_CASE("x whose fp32 sum of squares overflows: an error naming the token and the cause, not an inv_rms of 0") {

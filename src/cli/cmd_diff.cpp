@@ -129,7 +129,7 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("--tol", o->tol, "per-stage fixed tolerance STAGE=ATOL,RTOL (repeatable)");
   sub->add_option("--timeout", o->timeout, "exec: seconds a command may run")->check(kPositive)
       ->capture_default_str();
-  sub->add_option("--tile", o->tile, "tile size the where-summary names")->check(CLI::PositiveNumber)->capture_default_str();
+  sub->add_option("--tile", o->tile, "tile size the where-summary names")->check(kCount)->capture_default_str();
   sub->add_option("--dump-diff", o->dump, "write A-B, per-element error and mismatch mask of every stage to FILE.h5");
   sub->add_option("--report", o->report, "write a self-contained HTML page: verdict, table, error heatmaps");
   sub->add_flag("--ignore-inputs", o->ignore_inputs, "compare files whose /inputs differ (same shapes)");

@@ -54,7 +54,7 @@ void add_run(CLI::App& app, int& rc) {
   sub->add_flag("-q,--quiet", o->quiet, "no summary table");
   sub->add_option("--chunk", o->chunk, "cpu: tokens read, computed and written at a time (rounded up to a multiple of 256, down to what the "
                   "memory limit allows; default: about 512 MB of stages a chunk)")
-      ->check(CLI::PositiveNumber);
+      ->check(kCount);
   sub->add_option("in", o->in, "input HDF5 file (/inputs)")->required();
   sub->add_option("out", o->out, "output HDF5 file: a copy of /inputs plus /forward and /backward")->required();
   sub->footer(
@@ -65,7 +65,10 @@ void add_run(CLI::App& app, int& rc) {
     BackendSpec b = parse_backend(o->backend);
     b.timeout = o->timeout;
     if (!o->precision.empty()) {
-      b.prec = o->precision == "fp64" ? Precision::fp64 : Precision::fp32;
+      const Precision want = o->precision == "fp64" ? Precision::fp64 : Precision::fp32;
+      if (o->backend.find(':') != std::string::npos && b.backend->precisions.size() > 1 && want != b.prec)
+        fail("--precision ", o->precision, " contradicts --backend ", o->backend, ": give one of them");
+      b.prec = want;
       const auto& precs = b.backend->precisions;
       if (std::find(precs.begin(), precs.end(), b.prec) == precs.end())
         fail("--precision ", o->precision, ": the ", b.name(), " backend computes in ", precision_name(precs.front()));

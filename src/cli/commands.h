@@ -36,6 +36,18 @@ inline CLI::Validator finite_number(bool zero) {
 }
 inline const CLI::Validator kPositive = finite_number(false), kNonNegative = finite_number(true);
 
+// A whole number > 0 that fits 63 bits (CLI11's PositiveNumber printed "not in range 0.000000 to"
+// a 309-digit number for --chunk 0).
+inline const CLI::Validator kCount(
+    [](std::string& s) -> std::string {
+      errno = 0;
+      if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos ||
+          (std::strtoll(s.c_str(), nullptr, 10), errno == ERANGE) || std::strtoll(s.c_str(), nullptr, 10) == 0)
+        return "expected a whole number from 1 to 2^63-1";
+      return "";
+    },
+    "INT>0");
+
 void add_gen(CLI::App& app, int& rc);
 void add_run(CLI::App& app, int& rc);
 void add_inspect(CLI::App& app, int& rc);

@@ -1002,11 +1002,13 @@ void check_memory(const std::string& where, const Problem& p, double need) {
 
 uint64_t memory_limit() {
   static const uint64_t limit = [] {
-    if (const char* env = std::getenv("MHC_MAX_MEMORY")) {
-      char* end = nullptr;
-      unsigned long long v = std::strtoull(env, &end, 10);
-      if (end && *end == '\0' && v > 0) return uint64_t(v);
-      fail("MHC_MAX_MEMORY=", env, ": expected a number of bytes");
+    if (const char* env = std::getenv("MHC_MAX_MEMORY")) {  // digits only: strtoull took -1 for 2^64 - 1
+      const std::string text = env;
+      errno = 0;
+      const unsigned long long v = std::strtoull(env, nullptr, 10);
+      if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos && errno != ERANGE && v > 0)
+        return uint64_t(v);
+      fail("MHC_MAX_MEMORY=", env, ": expected a number of bytes (digits, at least 1)");
     }
     std::ifstream f("/proc/meminfo");
     std::string key;

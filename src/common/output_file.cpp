@@ -24,7 +24,11 @@ char g_temp[4096];
 volatile sig_atomic_t g_have_temp = 0;
 void (*volatile g_cleanup)() = nullptr;
 
-constexpr int kTermSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM};
+// Every signal whose default action ends the process and that another process, the terminal or
+// a resource limit sends (SIGXCPU: `ulimit -t`, as batch schedulers set); not the faults of the
+// process itself (SIGSEGV, SIGBUS: read_guard.h), nor SIGXFSZ, which is ignored (below).
+constexpr int kTermSignals[] = {SIGINT,  SIGTERM, SIGHUP,    SIGPIPE, SIGUSR1, SIGUSR2,  SIGALRM,
+                                SIGQUIT, SIGXCPU, SIGVTALRM, SIGPROF, SIGPWR,  SIGSTKFLT};
 
 void on_signal(int sig) {
   remove_temp_now();
