@@ -173,7 +173,9 @@ TEST_SUITE("cli") {
       CHECK(m.err.find("expected a number of bytes") != std::string::npos);
     }
     CHECK(!std::filesystem::exists("x.h5"));
-    CHECK(test::sh(test::mhc("frobnicate")).rc == 2);
+    auto unknown = test::sh(test::mhc("frobnicate"));
+    CHECK(unknown.rc == 2);
+    CHECK(unknown.err.find("unknown subcommand 'frobnicate': expected one of gen, run") != std::string::npos);
     for (const char* sub : {"gen", "run", "inspect", "bench", "diff"}) {
       auto h = test::sh(test::mhc(std::string(sub) + " --help"));
       INFO("subcommand ", sub);
@@ -184,6 +186,21 @@ TEST_SUITE("cli") {
     CHECK(v.rc == 0);
     CHECK(v.out.rfind("mhc 0.", 0) == 0);
     CHECK(v.out.find(cuda_built() ? "CUDA backend built for sm_" : "CPU only: built without CUDA") != std::string::npos);
+  }
+
+  TEST_CASE("OMP_NUM_THREADS far above the machine's threads: the same bits, no crash") {
+    // OMP_NUM_THREADS=1000000 overflowed libgomp's stack in the first parallel region (SIGSEGV)
+    const std::string dir = test::tmpdir("omp_threads");
+    save_case(dir + "/in.h5", generate_case(parse_shape("300,4,64"), 2, true));
+    REQUIRE(test::sh("OMP_NUM_THREADS=1 " + test::mhc("run -q " + dir + "/in.h5 " + dir + "/one.h5")).rc == 0);
+    auto r = test::sh("OMP_NUM_THREADS=1000000 " + test::mhc("run -q " + dir + "/in.h5 " + dir + "/many.h5"));
+    CAPTURE(r.err);
+    REQUIRE(r.rc == 0);
+    const Case one = load_case(dir + "/one.h5", {}, true), many = load_case(dir + "/many.h5", {}, true);
+    for (auto& [name, t] : one.t) {
+      CAPTURE(name);
+      CHECK(many.get(name).bytes == t.bytes);
+    }
   }
 
   TEST_CASE("--backend cuda without a GPU (or without CUDA) is one line and status 2") {

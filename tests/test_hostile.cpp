@@ -258,6 +258,12 @@ TEST_SUITE("hostile") {
     CHECK(test::sh(test::mhc("run -q " + ok.in + " " + ok.out)).rc == 0);
   }
 
+  TEST_CASE("a finite float64 x that overflows bf16 when rounded is named so (it read '0 NaN and 1 Inf values')") {
+    Hostile h("bf16_overflow");
+    h.edit("x = f['inputs/x']; v = x[()].astype(np.float64); v[2, 1, 3] = 3.4e38; del f['inputs/x']; f['inputs/x'] = v");
+    h.expect_error("run " + h.in + " " + h.out, {"/inputs/x", "1 finite values overflow bfloat16 when rounded"});
+  }
+
   TEST_CASE("x whose fp32 sum of squares overflows: an error naming the token and the cause, not an inv_rms of 0") {
     // 2^70 x is exact in bf16 and every true output fits fp32, but x^2 summed in fp32 is inf and
     // 1/sqrt(inf) = 0, which was written with exit 0 (forward only: no non-finite value follows)

@@ -57,8 +57,8 @@ void add_bench(CLI::App& app, int& rc) {
       if (copy_gbps > 0) std::printf(", \"copy_gbps\": %.1f, \"pct_copy_bw\": %.1f", copy_gbps, 100 * gbps / copy_gbps);
       std::printf("}\n");
     } else {
-      std::printf("mhc bench: %s on %s\n  %s, pass %s, %d repeats after %d warm-up\n", b.str().c_str(),
-                  device.c_str(), p.str().c_str(), o->pass.c_str(), o->repeat, o->warmup);
+      std::printf("mhc bench: %s on %s\n  %s, pass %s, %d repeat%s after %d warm-up\n", b.str().c_str(),
+                  device.c_str(), p.str().c_str(), o->pass.c_str(), o->repeat, o->repeat == 1 ? "" : "s", o->warmup);
       std::printf("  median %.3f ms   min %.3f ms   max %.3f ms   effective %.1f GB/s (%.3g GB minimum traffic)\n",
                   med, ms.front(), ms.back(), gbps, bytes / 1e9);
       if (copy_gbps > 0)

@@ -1,8 +1,10 @@
 // main.cpp — the mhc command line: gen, run, inspect, bench, diff.
 #include <malloc.h>
+#include <omp.h>
 
 #include <cstdlib>
 #include <iostream>
+#include <thread>
 
 #include "backends.h"
 #include "commands.h"
@@ -28,6 +30,11 @@ int main(int argc, char** argv) {
   // fresh pages cost a fault and a zero fill each.
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  // OMP_NUM_THREADS=1000000 overflowed libgomp's stack in the first parallel region (a crash, or
+  // "Thread creation failed" and exit 1, which diff means as "diverged"): at most 4 threads a
+  // hardware thread. Any count gives the same bits.
+  if (const int most = 4 * int(std::max(1u, std::thread::hardware_concurrency())); omp_get_max_threads() > most)
+    omp_set_num_threads(most);
   int rc = 0;
   mhc::add_gen(app, rc);
   mhc::add_run(app, rc);
@@ -35,6 +42,20 @@ int main(int argc, char** argv) {
   mhc::add_bench(app, rc);
   mhc::add_diff(app, rc);
   mhc::add_check(app, rc);
+  // CLI11 says "A subcommand is required" for `mhc frobnicate`: name it and the subcommands
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands({})) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known = known || sub->get_name() == argv[1];
+    }
+    if (!known) {
+      std::cerr << "mhc: error: unknown subcommand '" << mhc::one_line(argv[1]) << "': expected one of " << names
+                << " (see mhc --help)\n";
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -115,9 +115,13 @@ std::string stage_shape_str(const Stage& s) {
 std::string shape_mismatch(const Stage& s, const Shape& stored, const Problem& p) {
   const Shape want = stage_shape(s, p);
   if (stored == want) return "";
+  // the same axes in another order ([K,N] for [N,K]): a reshape would scramble it
+  const bool permuted = stored.size() == want.size() && std::is_permutation(stored.begin(), stored.end(), want.begin());
   if (numel(stored) == numel(want))
     return cat("as ", shape_str(stored), ", the same ", numel(stored), " elements as the schema's ", stage_shape_str(s),
-               " = ", shape_str(want), ": reshape it before writing");
+               " = ", shape_str(want), permuted ? ": if its axes are swapped, transpose it (a reshape would scramble it); "
+                                                  "if it is flat or split, reshape it before writing"
+                                                : ": reshape it before writing");
   return cat("as ", shape_str(stored), "; the schema says ", stage_shape_str(s), " = ", shape_str(want), " for ", p.str());
 }
 

@@ -28,8 +28,8 @@ Stats StatsAccumulator::result() const {
   if (s.finite) {
     s.mean = sum_ / double(s.finite);
     s.rms = std::sqrt(sq_ / double(s.finite));
-  } else {
-    s.min = s.max = std::numeric_limits<double>::quiet_NaN();
+  } else {  // no finite element: no statistic (an all-NaN dataset showed mean 0)
+    s.min = s.max = s.mean = s.rms = std::numeric_limits<double>::quiet_NaN();
   }
   return s;
 }
