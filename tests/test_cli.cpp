@@ -173,6 +173,15 @@ TEST_SUITE("cli") {
       CHECK(m.err.find("expected a number of bytes") != std::string::npos);
     }
     CHECK(!std::filesystem::exists("x.h5"));
+    // a report that could not be written was exit 0
+    save_case("full_stdout.h5", generate_case(parse_shape("8,4,8"), 1, true));
+    for (const char* args : {"inspect full_stdout.h5", "diff cpu cpu --input full_stdout.h5 --json"}) {
+      CAPTURE(args);
+      auto full = test::sh(test::mhc(args) + " > /dev/full");
+      CHECK(full.rc == 2);
+      CHECK(full.err.find("cannot write to standard output") != std::string::npos);
+    }
+    std::filesystem::remove("full_stdout.h5");
     auto unknown = test::sh(test::mhc("frobnicate"));
     CHECK(unknown.rc == 2);
     CHECK(unknown.err.find("unknown subcommand 'frobnicate': expected one of gen, run") != std::string::npos);

@@ -2,7 +2,10 @@
 #include <malloc.h>
 #include <omp.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <thread>
 
@@ -72,6 +75,13 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     std::cerr << "mhc: internal error: " << e.what() << "\n";
     return 3;
+  }
+  // The report is the result: one that could not be written (a full disk, a closed pipe) is an
+  // error, not exit 0 (inspect > /dev/full, diff --json > /dev/full).
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    std::cerr << "mhc: error: cannot write to standard output (" << std::strerror(errno) << ")\n";
+    return 2;
   }
   return rc;
 }
