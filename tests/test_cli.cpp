@@ -182,6 +182,10 @@ TEST_SUITE("cli") {
       CHECK(full.err.find("cannot write to standard output") != std::string::npos);
     }
     std::filesystem::remove("full_stdout.h5");
+    // an empty output name ran the whole case, then failed to move it; --report '' was ignored
+    CHECK(test::sh(test::mhc("gen --shape 8,4,8 ''")).err.find("an empty output file name") != std::string::npos);
+    CHECK(test::sh(test::mhc("diff cpu cpu --shape 8,4,8 --report ''")).err.find("--report: an empty file name") !=
+          std::string::npos);
     auto unknown = test::sh(test::mhc("frobnicate"));
     CHECK(unknown.rc == 2);
     CHECK(unknown.err.find("unknown subcommand 'frobnicate': expected one of gen, run") != std::string::npos);

@@ -145,7 +145,7 @@ void add_diff(CLI::App& app, int& rc) {
       "  mhc diff mine.h5 cpu:fp64 --accept tf32 --require all\n"
       "  mhc diff mine.h5 cpu --json --dump-diff errors.h5 --report diff.html\n"
       "  mhc diff a.h5 b.h5 --tolerance fixed --atol 1e-5 --rtol 1e-3 --tol dphi=1e-4,1e-3");
-  sub->callback([o, &rc] {
+  sub->callback([o, sub, &rc] {
     DiffOptions opt;
     opt.fixed = o->tolerance == "fixed";
     opt.budget_factor = o->factor, opt.atol = o->atol, opt.rtol = o->rtol, opt.tile = o->tile;
@@ -159,6 +159,8 @@ void add_diff(CLI::App& app, int& rc) {
         fail("--tol ", t, ": expected STAGE=ATOL,RTOL with STAGE a computed stage (e.g. dphi=1e-4,1e-3)");
       opt.per_stage[name] = parse_pair(t.substr(eq + 1), "--tol " + t);
     }
+    for (auto [name, value] : {std::pair{"--dump-diff", &o->dump}, std::pair{"--report", &o->report}})
+      if (sub->get_option(name)->count() && value->empty()) fail(name, ": an empty file name");
     bool a_backend = is_backend_side(o->a), b_backend = is_backend_side(o->b);
     LoadOptions lo;
     lo.strict = o->strict, lo.allow_nonfinite = o->allow_nonfinite;

@@ -88,6 +88,7 @@ void note_read_file(const std::string& path) {
 }
 
 void check_output_path(const std::string& path, const std::string& in, bool force) {
+  if (path.empty()) fail("an empty output file name");  // it ran the whole case, then could not move the result
   refuse_special(path);
   const std::string out = target_of(path);
   struct stat so, si;
