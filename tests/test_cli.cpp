@@ -186,6 +186,10 @@ TEST_SUITE("cli") {
     CHECK(test::sh(test::mhc("gen --shape 8,4,8 ''")).err.find("an empty output file name") != std::string::npos);
     CHECK(test::sh(test::mhc("diff cpu cpu --shape 8,4,8 --report ''")).err.find("--report: an empty file name") !=
           std::string::npos);
+    // a 250-byte output name: the temporary's name was longer than a file name may be
+    const std::string long_name = std::string(250, 'n') + ".h5";
+    CHECK(test::sh(test::mhc("gen --shape 8,4,8 " + long_name)).rc == 0);
+    CHECK(std::filesystem::remove(long_name));
     auto unknown = test::sh(test::mhc("frobnicate"));
     CHECK(unknown.rc == 2);
     CHECK(unknown.err.find("unknown subcommand 'frobnicate': expected one of gen, run") != std::string::npos);

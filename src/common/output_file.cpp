@@ -56,7 +56,9 @@ std::string parent_dir(const std::string& path) {
 std::string temp_path(const std::string& path) {
   auto pos = path.rfind('/');
   std::string base = pos == std::string::npos ? path : path.substr(pos + 1);
-  return cat(parent_dir(path), "/.", base, ".tmp", getpid());
+  // at most 200 bytes of the name: a 250-byte output name failed as "File name too long" for the
+  // temporary's longer one
+  return cat(parent_dir(path), "/.", base.substr(0, 200), ".tmp", getpid());
 }
 
 // An output that is a symbolic link to an existing file is written to that file: the temporary
