@@ -154,9 +154,7 @@ TEST_SUITE("cli") {
                              "diff cpu cpu --budget-factor nan", "diff cpu cpu --tolerance fixed --atol nan",
                              "diff cpu cpu --tolerance fixed --rtol inf", "diff cpu cpu --tolerance fixed --tol dphi=nan,nan",
                              "diff cpu cpu --dump-diff x.h5 --report ./x.h5",
-                             // a 309-digit "range" for --chunk 0; a contradiction resolved in silence
-                             "run --chunk 0 a.h5 b.h5", "run --chunk -5 a.h5 b.h5", "diff cpu cpu --tile 0",
-                             "run --backend cpu:fp64 --precision fp32 a.h5 b.h5"}) {
+                             "run --chunk 0 a.h5 b.h5", "run --chunk -5 a.h5 b.h5", "diff cpu cpu --tile 0"}) {
       CAPTURE(args);
       auto e = test::sh(test::mhc(args));
       CHECK(e.rc == 2);
@@ -164,7 +162,15 @@ TEST_SUITE("cli") {
       CHECK(std::count(e.err.begin(), e.err.end(), '\n') == 1);
     }
     CHECK(test::sh(test::mhc("gen --shape 4611686018427387905,1,4 x.h5")).err.find("too large") != std::string::npos);
+    // a 309-digit "range" for --chunk 0 and --tile 0; a contradiction resolved in silence
     CHECK(test::sh(test::mhc("run --chunk 0 a.h5 b.h5")).err.find("--chunk: expected a whole number from 1") != std::string::npos);
+    CHECK(test::sh(test::mhc("diff cpu cpu --tile 0")).err.find("--tile: expected a whole number from 1") != std::string::npos);
+    save_case("contradiction.h5", generate_case(parse_shape("8,4,8"), 1, true));
+    auto both = test::sh(test::mhc("run --backend cpu:fp64 --precision fp32 contradiction.h5 contradiction.out.h5"));
+    CHECK(both.rc == 2);
+    CHECK(both.err.find("--precision fp32 contradicts --backend cpu:fp64") != std::string::npos);
+    CHECK(!std::filesystem::exists("contradiction.out.h5"));
+    std::filesystem::remove("contradiction.h5");
     // MHC_MAX_MEMORY=-1 was 2^64 - 1 bytes (strtoull), which let a 21 KB file ask for 558 GB
     for (const char* limit : {"-1", "+5", "' 1000'", "99999999999999999999999", "1e9"}) {
       CAPTURE(limit);

@@ -239,7 +239,7 @@ TEST_SUITE("hostile") {
         CAPTURE(a);
         CAPTURE(r.out);
         CHECK(r.rc == 2);
-        CHECK(r.out.find("itself off the fp64 oracle, first at h_mix (NaN or Inf where the oracle is finite)") != std::string::npos);
+        CHECK(r.out.find("itself off the fp64 oracle, first at h_mix (NaN or Inf in one of B and the oracle only)") != std::string::npos);
       }
     }
   }
@@ -253,8 +253,11 @@ TEST_SUITE("hostile") {
     Hostile a("input_attrs");
     a.edit("f['inputs'].attrs['norm_epsilon'] = 0.5");
     a.expect_error("run " + a.in + " " + a.out, {"attribute norm_epsilon is not norm_eps or hc_eps"});
-    Hostile ok("input_other_attr");  // an attribute of the user's own, not like an eps
-    ok.edit("f['inputs'].attrs['description'] = 'layer 3'");
+    Hostile b("input_attrs_case");
+    b.edit("f['inputs'].attrs['hc_Eps'] = 0.5");
+    b.expect_error("run " + b.in + " " + b.out, {"attribute hc_Eps is not norm_eps or hc_eps"});
+    Hostile ok("input_other_attr");  // attributes of the user's own, not near misses of an eps
+    ok.edit("a = f['inputs'].attrs; a['description'] = 'layer 3'; a['hc_mult'] = 4; a['steps'] = 10; a['normalized'] = 1");
     CHECK(test::sh(test::mhc("run -q " + ok.in + " " + ok.out)).rc == 0);
   }
 
@@ -270,7 +273,7 @@ TEST_SUITE("hostile") {
     Hostile h("overflow");
     h.edit("x = f['inputs/x']; v = x[()]; v[3] *= 2.0**70; x[...] = v; "
            "[f['inputs'].__delitem__(g) for g in ('dh_in', 'dh_post', 'dh_res')]");
-    h.expect_error("run " + h.in + " " + h.out, {"inv_rms at token 3 is 0", "2^7", "overflows float32", "--precision fp64"});
+    h.expect_error("run " + h.in + " " + h.out, {"inv_rms at token 3 is 0", "2^7", "overflows float32", "--precision fp64, or the cpu:fp64 backend"});
     h.expect_error("diff cpu cpu:fp64 --input " + h.in, {"inv_rms at token 3 is 0", "overflows float32"});
     CHECK(test::sh(test::mhc("run -q --precision fp64 " + h.in + " " + h.out)).rc == 0);
   }

@@ -138,9 +138,13 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
     for (char& ch : file)
       if (!std::isalnum(static_cast<unsigned char>(ch)) && !std::strchr("._=@,+-", ch)) ch = '_';
     if (file[0] == '.') file = "_" + file;
-    save_case(cat(keep, "/", file, ".in.h5"), in);
-    for (auto [side, c] : {std::pair{"a", &a}, std::pair{"ref", &b}})
-      if (c->t.size() > in.t.size()) save_case(cat(keep, "/", file, ".", side, ".h5"), *c);
+    try {  // a full disk costs the kept files of this case, not the rest of the sweep
+      save_case(cat(keep, "/", file, ".in.h5"), in);
+      for (auto [side, c] : {std::pair{"a", &a}, std::pair{"ref", &b}})
+        if (c->t.size() > in.t.size()) save_case(cat(keep, "/", file, ".", side, ".h5"), *c);
+    } catch (const UserError& e) {
+      o.reason += cat(o.reason.empty() ? "" : "; ", "not kept: ", e.what());
+    }
   }
   return o;
 }

@@ -134,7 +134,7 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("--report", o->report, "write a self-contained HTML page: verdict, table, error heatmaps");
   sub->add_flag("--ignore-inputs", o->ignore_inputs, "compare files whose /inputs differ (same shapes)");
   sub->add_flag("--strict", o->strict, "inputs that need rounding to their dtype are an error");
-  sub->add_flag("--allow-nonfinite", o->allow_nonfinite, "accept NaN/Inf in inputs and in a backend side's outputs");
+  sub->add_flag("--allow-nonfinite", o->allow_nonfinite, "accept NaN/Inf in inputs, and a backend side's outputs that fail (NaN/Inf, or an inv_rms of 0)");
   sub->add_flag("--json", o->json, "print the report as JSON");
   sub->footer(
       "Exit status: 0 match, 1 diverged (or a --require'd stage missing), 2 error or invalid comparison\n"

@@ -49,7 +49,7 @@ void add_run(CLI::App& app, int& rc) {
       ->check(CLI::IsMember({"fp32", "fp64"}));
   sub->add_flag("--force", o->force, "replace an existing output file");
   sub->add_flag("--strict", o->strict, "inputs that need rounding to their dtype are an error");
-  sub->add_flag("--allow-nonfinite", o->allow_nonfinite, "accept NaN/Inf in inputs and outputs");
+  sub->add_flag("--allow-nonfinite", o->allow_nonfinite, "accept NaN/Inf in inputs, and outputs that fail (NaN/Inf, or an inv_rms of 0 from an overflowed sum of squares)");
   sub->add_flag("--dump-intermediates", o->dump, "cuda: also keep dvecX ([..,n,D] float32)");
   sub->add_flag("-q,--quiet", o->quiet, "no summary table");
   sub->add_option("--chunk", o->chunk, "cpu: tokens read, computed and written at a time (rounded up to a multiple of 256, down to what the "

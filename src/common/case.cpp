@@ -44,8 +44,8 @@ std::string Case::first_failed(int64_t token_offset) const {
     for (int64_t k = 0; k < K; ++k) m = std::max(m, std::abs(x.at(i * K + k)));
     if (m == 0) return prob.norm_eps == 0 ? ": x is all zero there and norm_eps = 0" : "";
     if (m * m * double(K) >= std::ldexp(1.0, 128))
-      return cat(": |x| reaches 2^", std::ilogb(m), " there, and the sum of its squares overflows float32 (--precision fp64 "
-                 "evaluates it)");
+      return cat(": |x| reaches 2^", std::ilogb(m), " there, and the sum of its squares overflows float32 (fp64 evaluates it: "
+                 "--precision fp64, or the cpu:fp64 backend)");
     return "";
   };
   for (const Stage& s : stage_table()) {

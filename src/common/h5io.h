@@ -82,6 +82,11 @@ class CaseReader {
   Case head_;
 };
 
+// Whether a write failed (a full disk) and left its file open: libhdf5 1.10 cannot close such
+// a file, and loops at library shutdown ("HDF5: infinite loop closing library"). A process that
+// carries on after one (check --keep) ends with _Exit, past libhdf5's exit handler.
+bool write_left_file_open();
+
 // Writes the case atomically: a temporary file beside path, then renamed into place;
 // without `replace`, linked into place so that of two racing writers exactly one wins.
 void save_case(const std::string& path, const Case& c, bool replace = true);

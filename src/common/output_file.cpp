@@ -26,9 +26,9 @@ void (*volatile g_cleanup)() = nullptr;
 
 // Every signal whose default action ends the process and that another process, the terminal or
 // a resource limit sends (SIGXCPU: `ulimit -t`, as batch schedulers set); not the faults of the
-// process itself (SIGSEGV, SIGBUS: read_guard.h), nor SIGXFSZ, which is ignored (below).
-constexpr int kTermSignals[] = {SIGINT,  SIGTERM, SIGHUP,    SIGPIPE, SIGUSR1, SIGUSR2,  SIGALRM,
-                                SIGQUIT, SIGXCPU, SIGVTALRM, SIGPROF, SIGPWR,  SIGSTKFLT};
+// process itself (SIGSEGV, SIGBUS: read_guard.h), nor SIGXFSZ, which is ignored (below), nor
+// SIGPROF and SIGVTALRM, a sampling profiler's timers.
+constexpr int kTermSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGQUIT, SIGXCPU, SIGPWR, SIGSTKFLT};
 
 void on_signal(int sig) {
   remove_temp_now();
@@ -158,9 +158,10 @@ void remove_temp_on_signal() {
   struct sigaction sa{};
   sa.sa_handler = on_signal;
   sa.sa_mask = termination_signals();  // one cleanup at a time
-  for (int sig : kTermSignals) {
+  for (int sig : kTermSignals) {  // only where the default action holds: nohup stays nohup, a preloaded tool's handler stays
     struct sigaction now{};
-    if (sigaction(sig, nullptr, &now) == 0 && now.sa_handler != SIG_IGN) sigaction(sig, &sa, nullptr);  // nohup stays nohup
+    if (sigaction(sig, nullptr, &now) == 0 && !(now.sa_flags & SA_SIGINFO) && now.sa_handler == SIG_DFL)
+      sigaction(sig, &sa, nullptr);
   }
   signal(SIGXFSZ, SIG_IGN);  // past a file-size limit, write() fails with EFBIG: an error, not a kill
 }

@@ -33,7 +33,7 @@ class OutputFile {
 };
 
 // Installs the handler of the termination signals (SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2,
-// SIGALRM, SIGQUIT, SIGXCPU, SIGVTALRM, SIGPROF, SIGPWR, SIGSTKFLT; one ignored at start, as SIGHUP under nohup, stays ignored): it runs the cleanup
+// SIGALRM, SIGQUIT, SIGXCPU, SIGPWR, SIGSTKFLT; one ignored or handled at start, as SIGHUP under nohup, stays ignored): it runs the cleanup
 // set by on_termination, removes the current temporary file and exits with 128 + the signal
 // number. It also ignores SIGXFSZ, so that a file-size limit is a write error (EFBIG). main()
 // calls it once.

@@ -56,7 +56,6 @@ const Stage& stage(std::string_view name) {
   return *s;
 }
 
-namespace {
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -71,7 +70,6 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   }
   return row[b.size()];
 }
-}  // namespace
 
 std::string suggest_stage(const std::string& path) {
   std::string name = path.substr(path.rfind('/') + 1);

@@ -39,6 +39,7 @@ const Stage& shape_input();  // the input whose shape gives the problem: x, [T,n
 
 // For a dataset path that names no stage: "did you mean /forward/h_mix?", or "" when nothing is close.
 std::string suggest_stage(const std::string& path);
+size_t edit_distance(const std::string& a, const std::string& b);  // Levenshtein, any case
 // A top-level group named within two edits (any case) of /inputs, /forward or /backward but
 // not one of them: "/foward", "/Backward". Its datasets are a misspelling, not the user's own.
 bool misspelled_group(const std::string& group);
