@@ -403,6 +403,10 @@ TEST_SUITE("cli") {
     CHECK(r.out.find("all 7 failures have SPLITS = 2") != std::string::npos);
     CHECK(r.out.find("n6@SPLITS=2") != std::string::npos);
     CHECK(test::sh(test::mhc("check cpu --vary SPLITS")).rc == 2);
+    // an in-process backend reads its environment once: --vary changed nothing and said nothing
+    auto cpu = test::sh(test::mhc("check cpu --cases quick --vary OMP_NUM_THREADS=1,2"));
+    CHECK(cpu.rc == 2);
+    CHECK(cpu.err.find("needs an exec backend") != std::string::npos);
   }
 
   TEST_CASE("check: cases, --only, --json, --keep and a file of cases") {

@@ -247,7 +247,8 @@ void add_check(CLI::App& app, int& rc) {
       ->capture_default_str();
   sub->add_option("--only", o->only, "cases whose name contains PATTERN (or matches it, with * and ?)");
   sub->add_option("--vary", o->vary, "VAR=V1,V2,..: run every case once per value of an environment variable of "
-                  "BACKEND (e.g. your kernel's split count) and group failures by it");
+                  "BACKEND (e.g. your kernel's split count) and group failures by it (exec backends: cpu and cuda "
+                  "read their environment once, at mhc's start)");
   sub->add_option("--repeat", o->repeat, "run BACKEND N times per case and compare the runs bit for bit")
       ->check(CLI::Range(1, 1000000))->capture_default_str();
   sub->add_option("--accept", o->accept, "loosest accuracy class that passes: fp32, tf32 or bf16")
@@ -274,6 +275,9 @@ void add_check(CLI::App& app, int& rc) {
     DiffOptions opt;
     opt.accept = parse_accuracy(o->accept);
     std::vector<CheckCase> cases, all_cases = check_cases(o->cases);
+    if (!o->vary.empty() && !backend.backend->takes_argument)
+      fail("--vary ", o->vary, ": the ", backend.name(), " backend reads its environment once, at mhc's start; --vary "
+           "needs an exec backend, whose command starts anew each run");
     if (!o->vary.empty()) all_cases = vary(all_cases, o->vary);
     for (CheckCase& c : all_cases) {
       bool glob = o->only.find_first_of("*?[") != std::string::npos;
