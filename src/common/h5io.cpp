@@ -486,9 +486,14 @@ struct TokenDataset {
 // hc_eps but not them (norm_epsilon ran with norm_eps = 1e-6).
 void check_input_names(const H5::H5File& f, const std::string& file) {
   std::string bad;
-  auto link = [](hid_t, const char* name, const H5L_info_t*, void* data) -> herr_t {
+  auto link = [](hid_t group, const char* name, const H5L_info_t*, void* data) -> herr_t {
     const Stage* s = find_stage(name);
     if (s && s->group == Group::inputs) return 0;
+    H5O_info_t info;  // datasets only: a group, a dangling link or a cycle back to / holds no input
+    if (H5Oget_info_by_name(group, name, &info, link_access()) < 0 || info.type != H5O_TYPE_DATASET) {
+      H5Eclear2(H5E_DEFAULT);
+      return 0;
+    }
     *static_cast<std::string*>(data) = name;
     return 1;  // stops the iteration
   };
@@ -510,6 +515,7 @@ void check_input_names(const H5::H5File& f, const std::string& file) {
   const std::string attrs_failed = attrs < 0 ? h5_cause() : "";
   H5Gclose(g);
   H5Eclear2(H5E_DEFAULT);
+  g_refused.clear();  // an input behind a refused external link is reported when it is opened
   if (links < 0) fail(file, ": /inputs: cannot list its members (", links_failed, ")");
   if (attrs < 0) fail(file, ": /inputs: cannot list its attributes (", attrs_failed, ")");
   if (!bad.empty() && attrs > 0)
@@ -622,9 +628,17 @@ std::map<std::string, std::string> read_root_attrs(const H5::H5File& f) {
 // datasets that are not in the schema.
 void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, std::vector<TokenDataset>& tok) {
   const std::vector<std::string> paths = dataset_paths(f, file);
-  std::set<std::string> placed;  // stages at their schema path
-  for (const std::string& path : paths)
-    if (const Stage* s = find_stage(path.substr(path.rfind('/') + 1)); s && path == dataset_path(*s)) placed.insert(s->name);
+  std::set<std::string> placed;  // stages with a dataset at their schema path (through a soft link too)
+  for (const Stage& s : stage_table()) {
+    H5O_info_t info;
+    const std::string path = dataset_path(s);
+    if (s.group != Group::inputs && H5Lexists(f.getId(), group_name(s.group), link_access()) > 0 &&
+        H5Lexists(f.getId(), path.c_str(), link_access()) > 0 &&
+        H5Oget_info_by_name(f.getId(), path.c_str(), &info, link_access()) >= 0 && info.type == H5O_TYPE_DATASET)
+      placed.insert(s.name);
+    H5Eclear2(H5E_DEFAULT);
+  }
+  g_refused.clear();  // an external link refused here is reported where the walk below meets it
   for (const std::string& path : paths) {
     std::string group = path.substr(0, path.rfind('/'));
     const Stage* s = find_stage(path.substr(path.rfind('/') + 1));
