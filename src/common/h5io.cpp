@@ -654,7 +654,7 @@ void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, st
       if (per_token(*s)) tok.push_back({s, path, d, how.empty()});
       else if (how.empty()) c.t[s->name] = read_all(d, file, path);
     } else if (group.empty() || group == "/inputs" || group == "/forward" || group == "/backward" ||
-               misspelled_group(group) || (s && !placed.count(s->name))) {
+               misspelled_group(group) || (s && s->group != Group::inputs && !placed.count(s->name))) {
       // other groups are the user's own, unless they hold a stage missing from its schema path
       // (/fwd/h_mix without /forward/h_mix: the forward was not compared, and the verdict
       // blamed the backward stages that inherited its error)
