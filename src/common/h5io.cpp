@@ -187,8 +187,6 @@ std::string float_type_name(const H5::FloatType& ft) {
   return cat("float", ft.getSize() * 8);
 }
 
-// Opens the dataset at path, naming the file, the path and the cause on failure. The C API
-// is called directly where HDF5's cause matters: the C++ wrappers clear the error stack.
 // Chunks: filtered ones larger than kMaxChunkBytes are refused (check_storage). A read of a block of
 // tokens touches a row of chunks (all chunks of the first axis's chunk index); libhdf5's cache
 // (kDefaultChunkCache) must hold that row, or every block inflates its chunks again: x as one gzip
@@ -213,6 +211,8 @@ uint64_t chunk_row_bytes(hid_t ds, hid_t dcpl, uint64_t* chunks) {
   return huge ? UINT64_MAX : row;
 }
 
+// Opens the dataset at path, naming the file, the path and the cause on failure. The C API
+// is called directly where HDF5's cause matters: the C++ wrappers clear the error stack.
 H5::DataSet open_dataset(const H5::H5File& f, const std::string& file, const std::string& path) {
   H5O_info_t info;
   if (H5Oget_info_by_name(f.getId(), path.c_str(), &info, link_access()) < 0)
