@@ -298,6 +298,15 @@ TEST_SUITE("diff") {
                             dir, "/extra.h5', 'r+'); f['extra/h_mix'] = f['forward/h_mix'][...]\""));
     REQUIRE(own.rc == 0);
     CHECK(test::sh(test::mhc("diff " + dir + "/extra.h5 cpu")).rc == 0);  // /extra is the user's own (h_mix is in /forward)
+    // a stage reached at its schema path through a soft link is compared (the walk of hard links
+    // left it out in silence: a wrong h_mix matched)
+    auto soft = test::sh(cat("cp ", dir, "/ref.h5 ", dir, "/soft.h5 && ", MHC_PYTHON, " -c \"import h5py; f = h5py.File('", dir,
+                             "/soft.h5', 'r+'); f['stash/h_mix'] = f['forward/h_mix'][...] * 1.01; del f['forward/h_mix']; "
+                             "f['forward/h_mix'] = h5py.SoftLink('/stash/h_mix')\""));
+    REQUIRE(soft.rc == 0);
+    auto linked = test::sh(test::mhc("diff " + dir + "/soft.h5 cpu"));
+    CHECK(linked.rc == 1);
+    CHECK(linked.out.find("diverged: first at h_mix") != std::string::npos);
 
     Case nothing = ref.inputs_only();
     CHECK(test::diff(nothing, ref).verdict == Verdict::invalid);

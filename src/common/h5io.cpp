@@ -639,20 +639,24 @@ void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, st
     H5Eclear2(H5E_DEFAULT);
   }
   g_refused.clear();  // an external link refused here is reported where the walk below meets it
+  // A stage at its schema path: the shape against the schema before anything is read (a sum
+  // over tokens in another shape is not read: four declared at 1.2e8 elements each, each under
+  // the memory limit, were read whole, 7.9 GB, before the diff found them misshapen).
+  std::set<std::string> taken;
+  auto take = [&](const Stage& s, const std::string& path) {
+    taken.insert(s.name);
+    FloatDataset d = open_float(f, file, path, false);
+    if (!d.stored.empty()) c.stored_as[s.name] = d.stored;
+    const std::string how = shape_mismatch(s, d.shape, c.prob);
+    if (!how.empty()) c.misshapen[s.name] = how;
+    if (per_token(s)) tok.push_back({&s, path, d, how.empty()});
+    else if (how.empty()) c.t[s.name] = read_all(d, file, path);
+  };
   for (const std::string& path : paths) {
     std::string group = path.substr(0, path.rfind('/'));
     const Stage* s = find_stage(path.substr(path.rfind('/') + 1));
     if (s && path == dataset_path(*s)) {
-      if (s->group == Group::inputs) continue;
-      // the shape against the schema before anything is read: a sum over tokens in another
-      // shape is not read (four declared at 1.2e8 elements each, each under the memory limit,
-      // were read whole, 7.9 GB, before the diff found them misshapen)
-      FloatDataset d = open_float(f, file, path, false);
-      if (!d.stored.empty()) c.stored_as[s->name] = d.stored;
-      const std::string how = shape_mismatch(*s, d.shape, c.prob);
-      if (!how.empty()) c.misshapen[s->name] = how;
-      if (per_token(*s)) tok.push_back({s, path, d, how.empty()});
-      else if (how.empty()) c.t[s->name] = read_all(d, file, path);
+      if (s->group != Group::inputs) take(*s, path);
     } else if (group.empty() || group == "/inputs" || group == "/forward" || group == "/backward" ||
                misspelled_group(group) || (s && s->group != Group::inputs && !placed.count(s->name))) {
       // other groups are the user's own, unless they hold a stage missing from its schema path
@@ -661,6 +665,10 @@ void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, st
       c.unknown.push_back(path);
     }
   }
+  // a stage reached at its schema path only through a soft link (the walk follows hard links,
+  // and "14 stages compared" left it out in silence), or through a second hard link
+  for (const Stage& s : stage_table())
+    if (placed.count(s.name) && !taken.count(s.name)) take(s, dataset_path(s));
   c.attrs = read_root_attrs(f);
 }
 
