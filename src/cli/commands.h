@@ -41,8 +41,8 @@ inline const CLI::Validator kPositive = finite_number(false), kNonNegative = fin
 inline const CLI::Validator kCount(
     [](std::string& s) -> std::string {
       errno = 0;
-      if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos ||
-          (std::strtoll(s.c_str(), nullptr, 10), errno == ERANGE) || std::strtoll(s.c_str(), nullptr, 10) == 0)
+      const long long v = std::strtoll(s.c_str(), nullptr, 10);
+      if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || errno == ERANGE || v == 0)
         return "expected a whole number from 1 to 2^63-1";
       return "";
     },

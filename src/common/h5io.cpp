@@ -148,6 +148,15 @@ bool link_exists(const H5::H5File& f, const std::string& file, const std::string
   }
 }
 
+// Whether path (from loc, through soft and checked external links) is a dataset; a missing or
+// broken link is no dataset, and leaves no error behind.
+bool dataset_at(hid_t loc, const char* path) {
+  H5O_info_t info;
+  const bool yes = H5Oget_info_by_name(loc, path, &info, link_access()) >= 0 && info.type == H5O_TYPE_DATASET;
+  H5Eclear2(H5E_DEFAULT);
+  return yes;
+}
+
 const char* class_name(H5T_class_t c) {
   switch (c) {
     case H5T_INTEGER: return "integer";
@@ -489,11 +498,7 @@ void check_input_names(const H5::H5File& f, const std::string& file) {
   auto link = [](hid_t group, const char* name, const H5L_info_t*, void* data) -> herr_t {
     const Stage* s = find_stage(name);
     if (s && s->group == Group::inputs) return 0;
-    H5O_info_t info;  // datasets only: a group, a dangling link or a cycle back to / holds no input
-    if (H5Oget_info_by_name(group, name, &info, link_access()) < 0 || info.type != H5O_TYPE_DATASET) {
-      H5Eclear2(H5E_DEFAULT);
-      return 0;
-    }
+    if (!dataset_at(group, name)) return 0;  // a group, a dangling link or a cycle back to / holds no input
     *static_cast<std::string*>(data) = name;
     return 1;  // stops the iteration
   };
@@ -629,15 +634,8 @@ std::map<std::string, std::string> read_root_attrs(const H5::H5File& f) {
 void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, std::vector<TokenDataset>& tok) {
   const std::vector<std::string> paths = dataset_paths(f, file);
   std::set<std::string> placed;  // stages with a dataset at their schema path (through a soft link too)
-  for (const Stage& s : stage_table()) {
-    H5O_info_t info;
-    const std::string path = dataset_path(s);
-    if (s.group != Group::inputs && H5Lexists(f.getId(), group_name(s.group), link_access()) > 0 &&
-        H5Lexists(f.getId(), path.c_str(), link_access()) > 0 &&
-        H5Oget_info_by_name(f.getId(), path.c_str(), &info, link_access()) >= 0 && info.type == H5O_TYPE_DATASET)
-      placed.insert(s.name);
-    H5Eclear2(H5E_DEFAULT);
-  }
+  for (const Stage& s : stage_table())
+    if (s.group != Group::inputs && dataset_at(f.getId(), dataset_path(s).c_str())) placed.insert(s.name);
   g_refused.clear();  // an external link refused here is reported where the walk below meets it
   // A stage at its schema path: the shape against the schema before anything is read (a sum
   // over tokens in another shape is not read: four declared at 1.2e8 elements each, each under

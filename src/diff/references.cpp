@@ -81,19 +81,22 @@ void reorder_columns(Case& c, const std::vector<int64_t>& order, bool back) {
 const std::vector<Case>& References::reordered(Accuracy c) {
   auto [it, fresh] = reordered_.try_emplace(ref_key(c));
   if (!fresh || inputs_.t.empty()) return it->second;
-  // only the per-token stages are read: the rest would hold memory
-  auto keep_per_token = [](Case& e) {
+  // one more evaluation in arithmetic a, its columns moved by `order` first (and back after);
+  // only its per-token stages are kept: the rest would hold memory
+  auto evaluate = [&](Arith a, const std::vector<int64_t>* order) {
+    Case e = inputs_;
+    if (order) reorder_columns(e, *order, false);
+    cpu_run(e, a);
+    if (order) reorder_columns(e, *order, true);
     for (auto t = e.t.begin(); t != e.t.end();) {
       const Stage& s = stage(t->first);
       t = s.group != Group::inputs && per_token(s) ? std::next(t) : e.t.erase(t);
     }
+    it->second.push_back(std::move(e));
   };
   Arith reversed = plain_arith(c);
   reversed.reversed = true;
-  Case r = inputs_;
-  cpu_run(r, reversed);
-  keep_per_token(r);
-  it->second.push_back(std::move(r));
+  evaluate(reversed, nullptr);
   const int64_t T = inputs_.prob.T(), D = inputs_.prob.D;
   // shuffled orders where D has others (D! - 1: none at D = 1); 6 at most, 7 with the reversed
   // one: 31 took 5x the CPU time of the whole diff at 1,4,7168 (s(8 m) = 4.8 at m = 1, against 296)
@@ -101,12 +104,7 @@ const std::vector<Case>& References::reordered(Accuracy c) {
   if (T > 0 && T < kTokenBlock)
     for (int q = 0; q < int(std::min<int64_t>(others, (kTokenBlock + T - 1) / T - 2)); ++q) {
       const std::vector<int64_t> order = column_order(D, q);
-      Case e = inputs_;
-      reorder_columns(e, order, false);
-      cpu_run(e, plain_arith(c));
-      reorder_columns(e, order, true);
-      keep_per_token(e);
-      it->second.push_back(std::move(e));
+      evaluate(plain_arith(c), &order);
     }
   return it->second;
 }

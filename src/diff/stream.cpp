@@ -176,25 +176,22 @@ struct ChainNoise {
     const Tensor &x = o.get("x"), &f = o.get(dphi ? "dh_mix" : "dvecX");  // f: [T,N] or [T,K], fp64
     const double* fv = f.data<double>();
     constexpr int64_t kSlice = 256;  // columns a thread walks every token of: run and sq stay in cache
+    visit(x, [&](auto* xp) {
 #pragma omp parallel for schedule(static)
-    for (int64_t k0 = 0; k0 < K; k0 += kSlice) {
-      const int64_t w = std::min(kSlice, K - k0);
-      double xs[kSlice];
-      for (int64_t t = 0; t < T; ++t) {
-        visit(x, [&](auto* xp) {
-          for (int64_t c = 0; c < w; ++c) xs[c] = as_double(xp[t * K + k0 + c]);
-        });
-        for (int64_t r = 0; r < rows; ++r) {
-          double* ru = &run[size_t(r * K + k0)];
-          double* q = &sq[size_t(r * K + k0)];
-          for (int64_t c = 0; c < w; ++c) {
-            const double a = xs[c] * (dphi ? fv[t * rows + r] : fv[t * K + k0 + c]);
-            ru[c] += a;
-            q[c] += ru[c] * ru[c] + a * a;
+      for (int64_t k0 = 0; k0 < K; k0 += kSlice) {
+        const int64_t w = std::min(kSlice, K - k0);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t r = 0; r < rows; ++r) {
+            double* ru = &run[size_t(r * K + k0)];
+            double* q = &sq[size_t(r * K + k0)];
+            for (int64_t c = 0; c < w; ++c) {
+              const double a = as_double(xp[t * K + k0 + c]) * (dphi ? fv[t * rows + r] : fv[t * K + k0 + c]);
+              ru[c] += a;
+              q[c] += ru[c] * ru[c] + a * a;
+            }
           }
-        }
       }
-    }
+    });
   }
 
   std::vector<double> sigma() const {
