@@ -142,6 +142,9 @@ TEST_SUITE("cli") {
     CHECK(r.rc == 2);
     CHECK(r.err.find("unknown backend 'tpu'") != std::string::npos);
     CHECK(test::sh(test::mhc("gen --shape 4,0,3 x.h5")).rc == 2);
+    CHECK(test::sh(test::mhc("gen --shape 99999999999999999999,4,8 x.h5")).err.find("is too large") != std::string::npos);
+    CHECK(test::sh(test::mhc("gen --force --shape '3, 2,4 ' " + test::tmpdir("cli_spaced") + "/s.h5")).out.find("T=3 n=2 D=4") !=
+          std::string::npos);  // spaces around a number are read as in "3,2,4"
     // sizes that would wrap, and counts beyond their range: one line, exit 2 (an audit found a
     // written file with x declared [2^62+1,1,4], a crash of bench and an internal error of check)
     for (const char* args : {"gen --shape 4611686018427387905,1,4 x.h5", "gen --shape 1,2,9223372036854775807 x.h5",
@@ -341,6 +344,7 @@ TEST_SUITE("cli") {
     CHECK(r.rc == 2);
     CHECK(r.err.find("cpu[:fp32|fp64], cuda, exec:COMMAND") != std::string::npos);
     CHECK(test::sh(test::mhc("run --backend cpu:fp16 a.h5 b.h5")).err.find("expected cpu[:fp32|fp64]") != std::string::npos);
+    CHECK(test::sh(test::mhc("run --backend cpu: a.h5 b.h5")).err.find("expected cpu[:fp32|fp64]") != std::string::npos);
     CHECK(test::sh(test::mhc("check cpu --against nope")).rc == 2);
     CHECK(test::sh(test::mhc("bench --backend 'exec:true {in} {out}'")).err.find("cannot be timed") != std::string::npos);
   }
@@ -432,6 +436,10 @@ TEST_SUITE("cli") {
     auto bad = test::sh(test::mhc("check cpu --cases " + dir + "/bad.txt"));
     CHECK(bad.rc == 2);
     CHECK(bad.err.find("bad.txt:1: unknown option 'sparkly'") != std::string::npos);
+    std::ofstream(dir + "/bad_shape.txt") << "fine 2,4,8\nodd 1,2,3,4,5\n";  // named by file and line, not as --shape
+    auto bs = test::sh(test::mhc("check cpu --cases " + dir + "/bad_shape.txt"));
+    CHECK(bs.rc == 2);
+    CHECK(bs.err.find("bad_shape.txt:2: shape 1,2,3,4,5: expected T,n,D or B,S,n,D") != std::string::npos);
     // --keep: a DIR whose parent is missing is made before the sweep (it ended the sweep at the
     // first failure); a case name or --vary value with '/' stays inside DIR
     std::ofstream(dir + "/odd_names.txt") << "../esc 3,1,1\n";

@@ -56,7 +56,7 @@ bool parse(const std::string& text, BackendSpec& spec, std::string& why) {
     return true;
   }
   spec.prec = b.precisions.front();
-  if (rest.empty()) return true;
+  if (rest.empty() && text.back() != ':') return true;  // "cpu", not "cpu:
   for (Precision p : b.precisions)
     if (rest == precision_name(p)) return spec.prec = p, true;
   return why = cat("expected ", b.usage), false;

@@ -102,7 +102,12 @@ std::vector<CheckCase> file_cases(const std::string& path) {
     CheckCase c;
     if (!(in >> c.name)) continue;
     if (!(in >> c.shape)) fail(path, ":", no, ": expected NAME SHAPE [options], found '", line, "'");
-    parse_shape(c.shape);
+    try {
+      parse_shape(c.shape);
+    } catch (const UserError& e) {  // "--shape S: why" names a flag that was not given
+      const std::string why = e.what(), flag = "--shape ";
+      fail(path, ":", no, ": shape ", why.rfind(flag, 0) == 0 ? why.substr(flag.size()) : why);
+    }
     for (std::string opt; in >> opt;) {
       if (opt == "no_gamma") c.no_gamma = true;
       else if (opt == "x_f32") c.x_f32 = true;

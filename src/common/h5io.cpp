@@ -576,7 +576,8 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
       std::string hint = k_last && found.size() == want.size() && found.back() != c.prob.K()
                              ? cat("; ", xs.name, " gives n*D = ", c.prob.K(), " but ", s.name, " has ", found.back(), " columns")
                              : "";
-      fail(where(s), "expected shape ", stage_shape_str(s), " = ", shape_str(want), " (n=", c.prob.n,
+      const std::string named = stage_shape_str(s), dims = shape_str(want);  // "[N,K] = [24,1024]", or "[3]"
+      fail(where(s), "expected shape ", named == dims ? named : cat(named, " = ", dims), " (n=", c.prob.n,
            ", D=", c.prob.D, " from ", dataset_path(xs), "), found ", shape_str(found), hint);
     };
     FloatDataset d = open_float(f, file, dataset_path(s), !per_token(s), check);

@@ -1,6 +1,7 @@
 #include "problem.h"
 
 #include <sstream>
+#include <stdexcept>
 
 namespace mhc {
 
@@ -33,10 +34,15 @@ Problem parse_shape(const std::string& text) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
+    const size_t b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);  // "4, 4, 8 " reads as 4,4,8
     size_t used = 0;
     long long x = -1;
     try {
       x = std::stoll(item, &used);
+    } catch (const std::out_of_range&) {
+      if (item.find_first_not_of("0123456789") == std::string::npos)
+        fail("--shape ", text, ": ", item, " is too large (x [T,n,D] or phi [n*n+2n, n*D] would have more than 2^62 elements)");
     } catch (...) {
     }
     if (used != item.size() || x < 1)
