@@ -242,12 +242,27 @@ TEST_SUITE("diff") {
     CHECK(half.rc == 0);
     CHECK(half.out.find("missing in A") != std::string::npos);
 
-    auto inputs = test::sh(test::mhc("diff " + dir + "/other.h5 " + dir + "/ref.h5"));
+    for (const char* flag : {"", "--ignore-inputs "}) {  // not told to --ignore-inputs, which cannot help
+      auto shapes = test::sh(test::mhc(cat("diff ", flag, dir, "/other.h5 ", dir, "/ref.h5")));
+      CHECK(shapes.rc == 2);
+      CHECK(shapes.err.find("the cases have different shapes") != std::string::npos);
+    }
+    save_case(dir + "/seed22.h5", test::golden(parse_shape("48,4,64"), 22));
+    auto inputs = test::sh(test::mhc("diff " + dir + "/seed22.h5 " + dir + "/ref.h5"));
     CHECK(inputs.rc == 2);
     CHECK(inputs.err.find("inputs differ") != std::string::npos);
-    auto shapes = test::sh(test::mhc("diff --ignore-inputs " + dir + "/other.h5 " + dir + "/ref.h5"));
-    CHECK(shapes.rc == 2);
-    CHECK(shapes.err.find("--ignore-inputs needs the same shapes") != std::string::npos);
+    // --ignore-inputs compares runs on other inputs, and says they diverge through them (it said
+    // "match": every stage agreed with A's own upstream, and the inputs excused the rest)
+    auto others = test::sh(test::mhc("diff --ignore-inputs " + dir + "/seed22.h5 " + dir + "/ref.h5"));
+    CHECK(others.rc == 1);
+    CHECK(others.out.find("(inherited from the inputs, which differ: /inputs/") != std::string::npos);
+    Case tok = generate_case(parse_shape("48,4,64"), 21, true);  // ref's inputs, one dh_post value moved
+    tok.t["dh_post"].set(3, tok.get("dh_post").at(3) + 1);
+    cpu_run(tok, Precision::fp32);
+    save_case(dir + "/dh_post.h5", tok);
+    auto per_token = test::sh(test::mhc("diff --ignore-inputs " + dir + "/dh_post.h5 " + dir + "/ref.h5"));
+    CHECK(per_token.rc == 1);  // it was exit 2, "inputs differ; use --ignore-inputs"
+    CHECK(per_token.out.find("inherited from the inputs, which differ: /inputs/dh_post") != std::string::npos);
 
     CHECK(test::sh(test::mhc("diff " + dir + "/nope.h5 cpu")).rc == 2);
     CHECK(test::sh(test::mhc("diff cpu cpu --tol dphi=abc")).rc == 2);

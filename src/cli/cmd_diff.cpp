@@ -168,14 +168,15 @@ void add_diff(CLI::App& app, int& rc) {
     std::shared_ptr<Side> a_file, b_file, in;
     if (!a_backend) a_file = file_side(o->a, lo, true);
     if (!b_backend) b_file = file_side(o->b, lo, true);
-    std::string files_differ;  // the /inputs of two file sides, when they differ
-    if (a_file && b_file) {
-      files_differ = heads_difference(a_file->head(), b_file->head());
+    if (a_file && b_file) {  // two file sides: their /inputs agree, or --ignore-inputs compares them anyway
+      const std::string files_differ = heads_difference(a_file->head(), b_file->head());
+      const Problem &p = a_file->head().prob, &q = b_file->head().prob;
+      if (p.tokens != q.tokens || p.n != q.n || p.D != q.D)
+        fail(o->a, " and ", o->b, ": the cases have different shapes, ", p.str(), " and ", q.str(),
+             "; only cases of one shape can be compared");
       if (!files_differ.empty() && !o->ignore_inputs)
         fail(o->a, " and ", o->b, ": inputs differ (", files_differ, "); use --ignore-inputs to compare anyway");
-      const Problem &p = a_file->head().prob, &q = b_file->head().prob;
-      if (!files_differ.empty() && (p.tokens != q.tokens || p.n != q.n || p.D != q.D))
-        fail(o->a, " and ", o->b, ": --ignore-inputs needs the same shapes, found ", p.str(), " and ", q.str());
+      opt.inputs_differ = files_differ;
     }
 
     // the outputs replace neither a file side, nor --input, nor each other
@@ -250,9 +251,13 @@ void add_diff(CLI::App& app, int& rc) {
     auto check = [&](const Case& ab, const Case& bb) {
       for (auto [side, c, backend] : {std::tuple{&o->a, &ab, a_backend}, std::tuple{&o->b, &bb, b_backend}})
         if (backend) failed_outputs(*side, *c);
-      if (!files_differ.empty()) return;  // --ignore-inputs
+      if (!opt.inputs_differ.empty()) return;  // --ignore-inputs, and a difference already known
       if (std::string d = inputs_difference(ab, bb); !d.empty()) {
         const std::string& file = a_backend ? o->b : o->a;
+        if (a_backend == b_backend && o->ignore_inputs) {  // two files: a per-token input differs, in this block first
+          opt.inputs_differ = d;
+          return;
+        }
         if (a_backend == b_backend) fail(o->a, " and ", o->b, ": inputs differ (", d, "); use --ignore-inputs to compare anyway");
         fail(file, ": its /inputs differ from --input ", o->input, " (", d,
              "); a file side is compared on its own inputs: drop --input or pass the matching file");

@@ -41,6 +41,10 @@ struct DiffOptions {
   std::set<std::string> require;     // stages that must be present on both sides
   bool keep_elements = false;        // fill StageReport::elem_error, elem_mask and elem_diff (--dump-diff)
   std::function<void(double)> progress;  // told the fraction of tokens compared, when set
+  // What differs between A's and B's /inputs where they are compared anyway (--ignore-inputs),
+  // "" where they agree; it may be set while the tokens are compared (a per-token input). A
+  // stage over its limit through the inputs alone is then inherited from them, not ok.
+  std::string inputs_differ;
 };
 
 // Inclusive index ranges, along one axis of a stage's stored shape, holding a mismatch.

@@ -488,7 +488,11 @@ void finish_report(DiffReport& rep, const DiffOptions& opt) {
     if (r.status == Status::inherited) {
       r.inherited_from = upstream(r.name);
       r.note = cat("inherited from ", r.inherited_from);
-      if (r.inherited_from.empty()) {
+      if (r.inherited_from.empty() && !opt.inputs_differ.empty()) {
+        // A and B ran on different inputs: the stage differs through them (a divergence, not a bug of A)
+        r.inherited_from = "inputs";
+        r.note = cat("inherited from the inputs, which differ: ", opt.inputs_differ);
+      } else if (r.inherited_from.empty()) {
         // Over its limit only through its inputs' errors, every one of them within its own
         // budget, and computed correctly from them: no stage of A is wrong (docs/diff.md).
         r.status = Status::ok, r.accuracy = opt.accept;
