@@ -127,6 +127,14 @@ TEST_SUITE("cli") {
     CHECK(test::read_bytes(b.out) == "precious");
     CHECK(test::sh(test::mhc("run -q --force " + b.run().substr(4))).rc == 0);
     CHECK(load_case(b.out, LoadOptions{}, true).has("dgamma"));
+    // a link planted at the temporary file's name while an exec kernel runs (another process
+    // with write access to the directory): the output was written through it, onto the input
+    const std::string in_bytes = test::read_bytes(b.in), out2 = b.dir + "/out2.h5";
+    auto planted = test::sh(test::mhc("run -q --backend 'exec:ln -s " + b.in + " " + b.dir + "/.out2.h5.tmp$PPID; cp " + b.out +
+                                      " {out} # {in}' " + b.in + " " + out2));
+    CHECK(planted.rc == 2);
+    CHECK(test::read_bytes(b.in) == in_bytes);
+    CHECK(!std::filesystem::exists(std::filesystem::symlink_status(out2)));
   }
 
   TEST_CASE("forward-only inputs give a forward-only output") {

@@ -832,13 +832,22 @@ void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
   }
 }
 
+// The descriptor of a file libhdf5 opened with its default (sec2) driver.
+int vfd_descriptor(H5::H5File& f) {
+  void* handle = nullptr;
+  f.getVFDHandle(&handle);
+  MHC_CHECK(handle, "no file descriptor from libhdf5");
+  return *static_cast<int*>(handle);
+}
+
 // Writes a new HDF5 file through `fill` (an OutputFile: temporary file, then moved into place).
 void write_atomically(const std::string& path, bool replace, const std::function<void(H5::H5File&)>& fill) {
   quiet_hdf5();
   OutputFile out(path, replace);
   std::unique_ptr<H5::H5File> f;
   try {
-    f = std::make_unique<H5::H5File>(out.temp(), H5F_ACC_TRUNC);
+    f = std::make_unique<H5::H5File>(out.temp(), H5F_ACC_EXCL);
+    out.created(vfd_descriptor(*f));
     write_str_attr(*f, "producer", "mhc");
     write_str_attr(*f, "version", MHC_VERSION);
     fill(*f);
@@ -876,7 +885,8 @@ CaseWriter::CaseWriter(const std::string& path, const Case& head, bool replace) 
   Impl& m = *impl_;
   m.prob = head.prob;
   m.guarded([&] {
-    m.f = std::make_unique<H5::H5File>(m.out.temp(), H5F_ACC_TRUNC);
+    m.f = std::make_unique<H5::H5File>(m.out.temp(), H5F_ACC_EXCL);
+    m.out.created(vfd_descriptor(*m.f));
     H5::H5File& f = *m.f;
     write_str_attr(f, "producer", "mhc");
     write_str_attr(f, "version", MHC_VERSION);
@@ -955,7 +965,7 @@ void save_tensors(const std::string& path, const std::vector<std::pair<std::stri
 
 void save_text(const std::string& path, const std::string& text) {
   OutputFile out(path, true);
-  FILE* f = std::fopen(out.temp().c_str(), "wb");
+  FILE* f = fdopen(out.create(), "wb");
   if (!f) fail(path, ": cannot write: ", std::strerror(errno));
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   ok = std::fclose(f) == 0 && ok;

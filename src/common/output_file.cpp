@@ -120,11 +120,29 @@ OutputFile::OutputFile(const std::string& path, bool replace)
 }
 
 OutputFile::~OutputFile() {
-  if (!committed_) unlink(temp_.c_str());
+  if (!committed_ && ino_ != 0) unlink(temp_.c_str());  // only what this process created
   g_have_temp = 0;
 }
 
+int OutputFile::create() {
+  int fd = open(temp_.c_str(), O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) fail(path_, ": cannot create the temporary file ", temp_, ": ", std::strerror(errno));
+  created(fd);
+  return fd;
+}
+
+void OutputFile::created(int fd) {
+  struct stat st;
+  MHC_CHECK(fstat(fd, &st) == 0, "fstat of ", temp_);
+  dev_ = st.st_dev, ino_ = st.st_ino;
+}
+
 void OutputFile::commit() {
+  // the temporary file is still the one written: renamed, a link planted in its place (another
+  // process with write access to the directory) would become the output
+  struct stat st;
+  if (ino_ == 0 || lstat(temp_.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != dev_ || st.st_ino != ino_)
+    fail(path_, ": the temporary file ", temp_, " was removed or replaced while it was written; nothing written");
   refuse_special(path_);
   refuse_read_file(path_);
   int rc;

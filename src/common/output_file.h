@@ -3,6 +3,7 @@
 // an input is never overwritten; without `replace`, of two racing writers exactly one wins.
 #pragma once
 #include <signal.h>
+#include <sys/types.h>
 
 #include <string>
 
@@ -25,11 +26,20 @@ class OutputFile {
   OutputFile& operator=(const OutputFile&) = delete;
 
   const std::string& temp() const { return temp_; }
-  void commit();  // moves the finished temporary file to path (UserError if path appeared meanwhile or is read)
+  // The temporary file, created here (O_EXCL, O_NOFOLLOW: a file or link planted at its
+  // predictable name is never written through) and open for writing: its descriptor.
+  int create();
+  // The temporary file as created by a writer that opens it itself with exclusive creation
+  // (HDF5's H5F_ACC_EXCL), through its open descriptor fd.
+  void created(int fd);
+  void commit();  // moves the finished temporary file to path (UserError if path appeared meanwhile or is read,
+                  // or the temporary file is no longer the one created)
 
  private:
   std::string path_, temp_;
   bool replace_, committed_ = false;
+  dev_t dev_ = 0;
+  ino_t ino_ = 0;
 };
 
 // Installs the handler of the termination signals (SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2,
