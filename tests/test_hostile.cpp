@@ -256,9 +256,23 @@ TEST_SUITE("hostile") {
     Hostile b("input_attrs_case");
     b.edit("f['inputs'].attrs['hc_Eps'] = 0.5");
     b.expect_error("run " + b.in + " " + b.out, {"attribute hc_Eps is not norm_eps or hc_eps"});
+    for (const char* at : {"f", "f['inputs/x']"}) {  // h5py's f.attrs or x.attrs: the defaults ran in silence
+      Hostile m(std::string("eps_misplaced_") + (at[1] ? "x" : "root"));
+      m.edit(std::string(at) + ".attrs['hc_eps'] = 0.25");
+      m.expect_error("run " + m.in + " " + m.out, {"attribute hc_eps would be ignored here", "on /inputs only"});
+    }
     Hostile ok("input_other_attr");  // attributes of the user's own, not near misses of an eps
     ok.edit("a = f['inputs'].attrs; a['description'] = 'layer 3'; a['hc_mult'] = 4; a['steps'] = 10; a['normalized'] = 1");
     CHECK(test::sh(test::mhc("run -q " + ok.in + " " + ok.out)).rc == 0);
+  }
+
+  TEST_CASE("an input declared with 2^36 tokens of which one chunk is written: an error, not hours of fill values") {
+    Hostile h("partly_written");
+    h.edit("g = f['inputs']; [g.__delitem__(k) for k in ('x', 'dh_in', 'dh_post', 'dh_res')]; "
+           "d = g.create_dataset('x', shape=(2**36, 4, 8), dtype='f4', chunks=(8, 4, 8), compression='gzip', fillvalue=0.5); "
+           "d[0:8] = np.ones((8, 4, 8), 'f4')");
+    h.expect_error("run " + h.in + " " + h.out, {"/inputs/x", "only partly written"});
+    h.expect_error("diff " + h.in + " cpu", {"/inputs/x", "only partly written"});
   }
 
   TEST_CASE("a finite float64 x that overflows bf16 when rounded is named so (it read '0 NaN and 1 Inf values')") {

@@ -492,7 +492,14 @@ struct TokenDataset {
 // Validates /inputs, reads the parameters into c and lists the per-token inputs in `tok`.
 // /inputs holds the schema's inputs only: a name it does not know is an error, not a default
 // silently used (/inputs/gama ran with gamma = 1), and so is an attribute named like norm_eps or
-// hc_eps but not them (norm_epsilon ran with norm_eps = 1e-6).
+// hc_eps but not them (norm_epsilon ran with norm_eps = 1e-6), and so is either of them on / or
+// on an input dataset.
+bool eps_like(const std::string& a) {  // norm_eps, hc_eps or a near miss of them
+  std::string lower = a;
+  for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  return lower.find("epsilon") != std::string::npos || edit_distance(a, "norm_eps") <= 2 || edit_distance(a, "hc_eps") <= 2;
+}
+
 void check_input_names(const H5::H5File& f, const std::string& file) {
   std::string bad;
   auto link = [](hid_t group, const char* name, const H5L_info_t*, void* data) -> herr_t {
@@ -504,14 +511,29 @@ void check_input_names(const H5::H5File& f, const std::string& file) {
   };
   auto attr = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {  // a near miss of the two
     const std::string a = name;
-    std::string lower = a;
-    for (char& ch : lower) ch = char(std::tolower(static_cast<unsigned char>(ch)));
-    const bool near = lower.find("epsilon") != std::string::npos || edit_distance(a, "norm_eps") <= 2 ||
-                      edit_distance(a, "hc_eps") <= 2;
-    if (a == "norm_eps" || a == "hc_eps" || !near) return 0;
+    if (a == "norm_eps" || a == "hc_eps" || !eps_like(a)) return 0;
     *static_cast<std::string*>(data) = a;
     return 1;
   };
+  // norm_eps or hc_eps on / or on an input dataset (h5py's f.attrs, x.attrs) ran with the defaults
+  auto misplaced = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+    if (!eps_like(name)) return 0;
+    *static_cast<std::string*>(data) = name;
+    return 1;
+  };
+  std::string off;
+  for (const char* at : {"/", "/inputs/x", "/inputs/phi", "/inputs/alpha", "/inputs/bias", "/inputs/gamma"}) {
+    const bool root = at[1] == '\0';
+    if (!root && !link_exists(f, file, at)) continue;
+    hid_t o = root ? H5Oopen(f.getId(), "/", H5P_DEFAULT) : H5Oopen(f.getId(), at, H5P_DEFAULT);
+    if (o < 0) continue;  // opened and reported where it is read
+    const herr_t found = H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, misplaced, &off);
+    H5Oclose(o);
+    H5Eclear2(H5E_DEFAULT);
+    if (found > 0)
+      fail(file, ": ", at, ": attribute ", off, " would be ignored here: the schema reads norm_eps and hc_eps on /inputs "
+           "only (h5py: f['inputs'].attrs['norm_eps'] = ...)");
+  }
   hid_t g = H5Gopen2(f.getId(), "/inputs", H5P_DEFAULT);
   if (g < 0) fail(file, ": /inputs: cannot open (", h5_cause(), ")");
   const herr_t links = H5Literate(g, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, link, &bad);
@@ -581,6 +603,12 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
            ", D=", c.prob.D, " from ", dataset_path(xs), "), found ", shape_str(found), hint);
     };
     FloatDataset d = open_float(f, file, dataset_path(s), !per_token(s), check);
+    // chunks never written read as the fill value: a file of a few KB declared 2^36 tokens of
+    // them, and run and diff worked through them for hours
+    H5D_space_status_t status;
+    if (H5Dget_space_status(d.ds.getId(), &status) >= 0 && status == H5D_SPACE_STATUS_PART_ALLOCATED)
+      fail(where(s), "declared ", shape_str(d.shape), " but only partly written (chunks missing, which would read as ",
+           "the fill value); write every element of an input");
     if (per_token(s)) tok.push_back({&s, dataset_path(s), d, true});
     else c.t[s.name] = to_input_dtype(read_all(d, file, dataset_path(s)), s.dtype, where(s), opt);
   }
