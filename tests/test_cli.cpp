@@ -198,6 +198,15 @@ TEST_SUITE("cli") {
       CHECK(full.rc == 2);
       CHECK(full.err.find("cannot write to standard output") != std::string::npos);
     }
+    // ... and a command that failed so left its output in place (a rerun then found it existing)
+    for (const char* args : {"gen --shape 8,4,8 full_out.h5", "run full_stdout.h5 full_out.h5",
+                             "diff cpu cpu --input full_stdout.h5 --dump-diff full_out.h5"}) {
+      CAPTURE(args);
+      for (const char* redirect : {" > /dev/full", " >&-"}) {
+        CHECK(test::sh(test::mhc(args) + redirect).rc == 2);
+        CHECK(!std::filesystem::exists("full_out.h5"));
+      }
+    }
     std::filesystem::remove("full_stdout.h5");
     // an empty output name ran the whole case, then failed to move it; --report '' was ignored
     CHECK(test::sh(test::mhc("gen --shape 8,4,8 ''")).err.find("an empty output file name") != std::string::npos);
@@ -367,6 +376,11 @@ TEST_SUITE("cli") {
     b.expect_error(exec("true {in} {out}"), {"wrote no {out} file"});
     b.expect_error(exec("echo garbage > {out}; true {in}"), {"not usable", "{out}: not an HDF5 file"});
     b.expect_error(exec("cp {in} {out}"), {"wrote no stage"});
+    // a misspelled stage of an exec dump was left out of run's output in silence (diff flags it)
+    std::ofstream(b.dir + "/typo.py") << "import h5py, sys\nwith h5py.File(sys.argv[1], 'r+') as f:\n"
+                                         "    f.move('forward/h_pre', 'forward/H_PRE')\n";
+    b.expect_error(exec(std::string(MHC_BIN) + " run -q {in} {out} && " + MHC_PYTHON + " " + b.dir + "/typo.py {out}"),
+                   {"/forward/H_PRE is not a stage of the schema", "did you mean /forward/h_pre?", "nothing written"});
     b.expect_error(exec("python3 kernel.py"), {"must name {in}", "{out}"});
     auto r = test::sh(test::mhc(exec("no-such-program-here {in} {out}")));  // the shell's own line comes first
     CHECK(r.rc == 2);

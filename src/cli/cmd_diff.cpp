@@ -271,8 +271,6 @@ void add_diff(CLI::App& app, int& rc) {
       };
     DiffReport rep = diff_sides(*a, *b, opt, t0, t1, check);
     if (opt.progress) std::cerr << "\r\033[K" << std::flush;
-    if (!o->dump.empty()) dump_diff(o->dump, prob, rep);
-    if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)));
     if (o->json) {
       std::cout << report_json(rep);
     } else {
@@ -281,6 +279,9 @@ void add_diff(CLI::App& app, int& rc) {
                 << o->accept << "\n"
                 << report_table(rep, colour);
     }
+    flush_stdout();  // before the files: a report that cannot be printed leaves none of them
+    if (!o->dump.empty()) dump_diff(o->dump, prob, rep);
+    if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)));
     rc = rep.exit_status();
   });
 }

@@ -88,6 +88,22 @@ void add_run(CLI::App& app, int& rc) {
     double ms = 0;
     Problem prob;
     bool backward = false;
+    // The summary, printed before the output is moved into place: where it cannot be printed
+    // (stdout a full disk or closed), the command fails and leaves no file.
+    auto report = [&] {
+      if (!o->quiet) {
+        std::printf("mhc run: %s on %s, %s, %s in %.1f ms -> %s\n", b.str().c_str(), backend_device(b).c_str(),
+                    prob.str().c_str(), backward ? "forward + backward" : "forward only", ms, o->out.c_str());
+        std::printf("%-10s %-16s %-9s %12s %12s %12s %6s\n", "stage", "shape", "dtype", "min", "max", "rms", "nonfin");
+        for (const Stage& s : stage_table()) {
+          if (!summary.count(s.name)) continue;
+          Stats st = summary[s.name].result();
+          std::printf("%-10s %-16s %-9s %12.5g %12.5g %12.5g %6lld\n", s.name, shape_str(stage_shape(s, prob)).c_str(),
+                      dtype_name(stored_dtype(s, b.prec)), st.min, st.max, st.rms, (long long)(st.nan + st.inf));
+        }
+      }
+      flush_stdout();
+    };
     if (b.backend->streams) {  // token chunk by token chunk: memory does not grow with T
       lo.copies = kRunCopies, lo.stream_tokens = kTokenBlock;  // at least a block at a time
       CaseReader in(o->in, lo, false);
@@ -117,6 +133,7 @@ void add_run(CLI::App& app, int& rc) {
       nonfinite(head, 0);
       out.write(head, 0);
       add_summary(head);
+      report();
       out.commit();
     } else {
       Case c = load_case(o->in, lo, false);
@@ -125,20 +142,14 @@ void add_run(CLI::App& app, int& rc) {
       run_backend(b, c, Pass::both, o->dump);
       ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       nonfinite(c, 0);
-      save_case(o->out, c, o->force);
+      if (!c.unknown.empty())  // an exec kernel's misspelled stage (/forward/H_PRE) was left out in silence
+        fail(o->backend, ": ", c.unknown.front(), " is not a stage of the schema",
+             suggest_stage(c.unknown.front()).empty() ? "" : cat(" (", suggest_stage(c.unknown.front()), ")"),
+             "; nothing written (docs/schema.md)");
       prob = c.prob, backward = c.has_gradients();
       add_summary(c);
-    }
-    if (!o->quiet) {
-      std::printf("mhc run: %s on %s, %s, %s in %.1f ms -> %s\n", b.str().c_str(), backend_device(b).c_str(),
-                  prob.str().c_str(), backward ? "forward + backward" : "forward only", ms, o->out.c_str());
-      std::printf("%-10s %-16s %-9s %12s %12s %12s %6s\n", "stage", "shape", "dtype", "min", "max", "rms", "nonfin");
-      for (const Stage& s : stage_table()) {
-        if (!summary.count(s.name)) continue;
-        Stats st = summary[s.name].result();
-        std::printf("%-10s %-16s %-9s %12.5g %12.5g %12.5g %6lld\n", s.name, shape_str(stage_shape(s, prob)).c_str(),
-                    dtype_name(stored_dtype(s, b.prec)), st.min, st.max, st.rms, (long long)(st.nan + st.inf));
-      }
+      report();
+      save_case(o->out, c, o->force);
     }
     rc = 0;
   });

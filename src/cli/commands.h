@@ -48,6 +48,11 @@ inline const CLI::Validator kCount(
     },
     "INT>0");
 
+// Flushes what a command printed, and fails (UserError) where standard output cannot take it (a
+// full disk, a closed descriptor): called before an output is moved into place, so that a
+// command that fails leaves no file.
+void flush_stdout();
+
 void add_gen(CLI::App& app, int& rc);
 void add_run(CLI::App& app, int& rc);
 void add_inspect(CLI::App& app, int& rc);

@@ -16,6 +16,12 @@
 #include "output_file.h"
 #include "read_guard.h"
 
+void mhc::flush_stdout() {
+  std::cout.flush();
+  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
+    fail("cannot write to standard output (", std::strerror(errno), ")");
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"mhc: golden CPU backend, CUDA backend and stage-by-stage diff for the mHC pre operator"};
   app.set_version_flag("--version", mhc::version_string());
@@ -79,9 +85,10 @@ int main(int argc, char** argv) {
   }
   // The report is the result: one that could not be written (a full disk, a closed pipe) is an
   // error, not exit 0 (inspect > /dev/full, diff --json > /dev/full).
-  std::cout.flush();
-  if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout)) {
-    std::cerr << "mhc: error: cannot write to standard output (" << std::strerror(errno) << ")\n";
+  try {
+    mhc::flush_stdout();
+  } catch (const mhc::UserError& e) {
+    std::cerr << "mhc: error: " << e.what() << "\n";
     return 2;
   }
   if (mhc::write_left_file_open()) std::_Exit(rc);  // past libhdf5's shutdown, which would loop on that file
