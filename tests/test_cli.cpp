@@ -417,6 +417,11 @@ TEST_SUITE("cli") {
       CHECK(r.rc == 2);
       CHECK(r.out.find("ok ") == std::string::npos);  // no case ran
     }
+    // an unusable TMPDIR is the environment's fault: it was every case failing, exit 1
+    auto t = test::sh("TMPDIR=" + dir + "/missing " + test::mhc("check 'exec:cp {in} {out}' --cases quick"));
+    CHECK(t.rc == 2);
+    CHECK(t.err.find("cannot create a temporary directory in TMPDIR=" + dir + "/missing") != std::string::npos);
+    CHECK(t.out.find("FAIL") == std::string::npos);
   }
 
   TEST_CASE("check --vary: a kernel wrong at one split count only is named by it") {

@@ -65,13 +65,19 @@ void cleanup() {
 
 // A temporary directory, removed with everything in it when this goes out of scope or a
 // termination signal ends mhc.
+// A new directory $TMPDIR/mhc-exec-XXXXXX (/tmp without TMPDIR) in `path`: "" when made, else why not.
+std::string make_temp_dir(std::string& path) {
+  const char* base = std::getenv("TMPDIR");
+  path = cat(base && *base ? base : "/tmp", "/mhc-exec-XXXXXX");
+  if (mkdtemp(path.data())) return "";
+  return cat("cannot create a temporary directory in ", base && *base ? cat("TMPDIR=", base) : std::string("/tmp"), " (",
+             std::strerror(errno), ")");
+}
+
 struct TempDir {
   std::string path;
   TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = cat(base && *base ? base : "/tmp", "/mhc-exec-XXXXXX");
-    if (!mkdtemp(pattern.data())) fail("exec: cannot create a temporary directory in ", pattern, ": ", std::strerror(errno));
-    path = pattern;
+    if (std::string why = make_temp_dir(path); !why.empty()) fail("exec: ", why);
     MHC_CHECK(path.size() < sizeof g_dir && !g_have_dir, "one exec command at a time");
     std::memcpy(g_dir, path.c_str(), path.size() + 1);
     g_have_dir = 1;
@@ -201,7 +207,11 @@ Backend exec_backend() {
   b.what = "your program: COMMAND (run by /bin/sh) reads {in} and writes its stages to {out}";
   b.precisions = {Precision::fp32};
   b.takes_argument = true;
-  b.unavailable = [] { return std::string(); };
+  b.unavailable = [] {  // checked once before a command runs: check counted a bad TMPDIR as every case failing
+    std::string path, why = make_temp_dir(path);
+    if (why.empty()) rmdir(path.c_str());
+    return why;
+  };
   b.run = exec_run;
   b.device = [](const BackendSpec& s) { return cat("your program (", s.arg, ")"); };
   return b;
