@@ -290,6 +290,12 @@ TEST_SUITE("hostile") {
     h.expect_error("run " + h.in + " " + h.out, {"inv_rms at token 3 is 0", "2^7", "overflows float32", "--precision fp64, or the cpu:fp64 backend"});
     h.expect_error("diff cpu cpu:fp64 --input " + h.in, {"inv_rms at token 3 is 0", "overflows float32"});
     CHECK(test::sh(test::mhc("run -q --precision fp64 " + h.in + " " + h.out)).rc == 0);
+    // tiny x with norm_eps = 0: inv_rms^3 in dx passes float32 (it said only "dx is not finite")
+    Hostile t("underflow");
+    t.edit("x = f['inputs/x']; v = x[()]; v[2] *= 2.0**-64; x[...] = v; f['inputs'].attrs['norm_eps'] = 0.0");
+    t.expect_error("run " + t.in + " " + t.out, {"at token 2 is not finite", "norm_eps = 0", "inv_rms^3 (in dx)",
+                                               "--precision fp64, or the cpu:fp64 backend"});
+    CHECK(test::sh(test::mhc("run -q --precision fp64 " + t.in + " " + t.out)).rc == 0);
   }
 
   TEST_CASE("exec: a dump whose stage is not the schema's shape or dtype is one error naming it (run, diff, check)") {

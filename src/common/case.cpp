@@ -46,6 +46,12 @@ std::string Case::first_failed(int64_t token_offset) const {
     if (m * m * double(K) >= std::ldexp(1.0, 128))
       return cat(": |x| reaches 2^", std::ilogb(m), " there, and the sum of its squares overflows float32 (fp64 evaluates it: "
                  "--precision fp64, or the cpu:fp64 backend)");
+    double ss = 0;
+    for (int64_t k = 0; k < K; ++k) ss += x.at(i * K + k) * x.at(i * K + k);
+    if (ss / double(K) + prob.norm_eps < std::ldexp(1.0, -84))  // inv_rms^3 = (mean + eps)^-1.5 passes 2^126
+      return cat(": |x| is at most 2^", std::ilogb(m), " there and norm_eps = ", prob.norm_eps,
+                 ", so inv_rms^3 (in dx) or the squares of x are beyond float32 (fp64 evaluates it: --precision fp64, or "
+                 "the cpu:fp64 backend)");
     return "";
   };
   for (const Stage& s : stage_table()) {
