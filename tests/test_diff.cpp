@@ -238,6 +238,21 @@ TEST_SUITE("diff") {
     CHECK(bad.out.find("diverged: first at dalpha (introduced)") != std::string::npos);
     CHECK(bad.out.find("\033[") == std::string::npos);  // no colour when not a TTY
 
+    // a kernel's dump of stages only (no /inputs): compared on --input's inputs, or on the other
+    // file side's; it was refused even with --input
+    REQUIRE(test::sh(cat(MHC_PYTHON, " -c \"import h5py; a = h5py.File('", dir, "/bad.h5', 'r'); ",
+                         "b = h5py.File('", dir, "/stages.h5', 'w'); [a.copy(g, b) for g in ('forward', 'backward')]\""))
+                .rc == 0);
+    for (const std::string& args : {"stages.h5 cpu --input " + dir + "/ref.h5", std::string("stages.h5 ") + dir + "/ref.h5"}) {
+      CAPTURE(args);
+      auto st = test::sh(test::mhc("diff " + dir + "/" + args));
+      CHECK(st.rc == 1);
+      CHECK(st.out.find("diverged: first at dalpha (introduced)") != std::string::npos);
+    }
+    auto alone = test::sh(test::mhc("diff " + dir + "/stages.h5 cpu"));
+    CHECK(alone.rc == 2);
+    CHECK(alone.err.find("to diff a dump of stages only, give its inputs: --input IN.h5") != std::string::npos);
+
     auto half = test::sh(test::mhc("diff " + dir + "/fwd.h5 " + dir + "/ref.h5"));
     CHECK(half.rc == 0);
     CHECK(half.out.find("missing in A") != std::string::npos);

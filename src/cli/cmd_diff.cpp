@@ -113,7 +113,7 @@ void add_diff(CLI::App& app, int& rc) {
   CLI::App* sub = app.add_subcommand("diff", "Compare two runs stage by stage; name the first divergent stage");
   sub->add_option("A", o->a, "backend (cpu, cpu:fp64, cuda, exec:COMMAND) or HDF5 file")->required();
   sub->add_option("B", o->b, "the reference: backend or HDF5 file (a wrong one is named: exit 2)")->required();
-  sub->add_option("--input", o->input, "inputs for backend sides (default: the file side's /inputs, else generated)");
+  sub->add_option("--input", o->input, "inputs for backend sides and for a file side without /inputs (default: a file side's /inputs, else generated)");
   sub->add_option("--shape", o->shape, "shape of the generated default case")->capture_default_str();
   sub->add_option("--seed", o->seed, "seed of the generated default case")->check(kSeed)->capture_default_str();
   sub->add_option("--accept", o->accept, "loosest accuracy class that passes: fp32, tf32 or bf16")
@@ -141,6 +141,7 @@ void add_diff(CLI::App& app, int& rc) {
       "(unknown dataset, stage stored in a lossy type or shape, inputs that differ, nothing compared).\n"
       "Examples:\n  mhc diff cpu cpu:fp64 --input data/example.h5\n  mhc diff cpu cuda\n"
       "  mhc diff mine.h5 cpu                 (your kernel's dump against the golden on its own inputs)\n"
+      "  mhc diff mine.h5 cpu --input in.h5   (a dump of stages only, without /inputs)\n"
       "  mhc diff 'exec:python3 kernel.py {in} {out}' cpu --shape 257,4,200\n"
       "  mhc diff mine.h5 cpu:fp64 --accept tf32 --require all\n"
       "  mhc diff mine.h5 cpu --json --dump-diff errors.h5 --report diff.html\n"
@@ -166,8 +167,16 @@ void add_diff(CLI::App& app, int& rc) {
     lo.strict = o->strict, lo.allow_nonfinite = o->allow_nonfinite;
     lo.copies = kDiffCopies, lo.stream_tokens = kTokenBlock;  // read a block of tokens at a time
     std::shared_ptr<Side> a_file, b_file, in;
-    if (!a_backend) a_file = file_side(o->a, lo, true);
-    if (!b_backend) b_file = file_side(o->b, lo, true);
+    if (!o->input.empty()) in = file_side(o->input, lo, false);
+    // A file side without /inputs (a kernel's dump of stages only) is compared on --input's
+    // inputs, else on the other file side's.
+    auto open_file = [&](const std::string& path, const std::string& other, bool other_backend) {
+      std::shared_ptr<Side> source = in;
+      if (!source && !other_backend && !has_inputs(path) && has_inputs(other)) source = file_side(other, lo, false);
+      return std::shared_ptr<Side>(file_side(path, lo, true, source));
+    };
+    if (!a_backend) a_file = open_file(o->a, o->b, b_backend);
+    if (!b_backend) b_file = open_file(o->b, o->a, a_backend);
     if (a_file && b_file) {  // two file sides: their /inputs agree, or --ignore-inputs compares them anyway
       const std::string files_differ = heads_difference(a_file->head(), b_file->head());
       const Problem &p = a_file->head().prob, &q = b_file->head().prob;
@@ -204,8 +213,7 @@ void add_diff(CLI::App& app, int& rc) {
       if (!o->dump.empty()) need += all64.with(double(prob.T())) * 21 / 8;
       check_memory(where, prob, need);
     };
-    if (!o->input.empty()) {
-      in = file_side(o->input, lo, false);
+    if (in) {
       for (auto [side, f] : {std::pair{&o->a, a_file}, std::pair{&o->b, b_file}})
         if (std::string d = f ? heads_difference(f->head(), in->head()) : ""; !d.empty())
           fail(*side, ": its /inputs differ from --input ", o->input, " (", d,

@@ -580,7 +580,8 @@ void check_input_names(const H5::H5File& f, const std::string& file) {
 void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOptions& opt, Case& c,
                       std::vector<TokenDataset>& tok) {
   if (!link_exists(f, file, "/inputs"))
-    fail(file, ": /inputs: missing group (expected an mhc case; see docs/schema.md)");
+    fail(file, ": /inputs: missing group (expected an mhc case; to diff a dump of stages only, give its inputs: "
+         "--input IN.h5; see docs/schema.md)");
   auto where = [&](const Stage& s) { return cat(file, ": ", dataset_path(s), ": "); };
   check_input_names(f, file);
 
@@ -758,11 +759,18 @@ struct CaseReader::Impl {
   std::set<std::string> warned;  // inputs whose rounding was reported already
 };
 
-CaseReader::CaseReader(const std::string& path, const LoadOptions& opt, bool outputs) : impl_(new Impl(path, opt)) {
+CaseReader::CaseReader(const std::string& path, const LoadOptions& opt, bool outputs, const Case* inputs)
+    : impl_(new Impl(path, opt)) {
   Impl& m = *impl_;
   ReadingFile reading(m.path);
   try {
-    read_inputs_head(m.f, path, opt, head_, m.tok);
+    if (inputs && outputs && !link_exists(m.f, path, "/inputs")) {
+      head_.prob = inputs->prob;
+      for (auto& [name, t] : inputs->t)
+        if (stage(name).group == Group::inputs && !per_token(stage(name))) head_.t[name] = t;
+    } else {
+      read_inputs_head(m.f, path, opt, head_, m.tok);
+    }
     if (outputs) read_outputs_head(m.f, path, head_, m.tok);
   } catch (const H5::Exception& e) {
     fail(path, ": read error in ", e.getFuncName(), " (truncated or corrupt file?)");
@@ -822,6 +830,15 @@ Case CaseReader::whole() {
 
 Case load_case(const std::string& path, const LoadOptions& opt, bool outputs) {
   return CaseReader(path, opt, outputs).whole();
+}
+
+bool has_inputs(const std::string& path) {
+  try {
+    H5::H5File f = open_h5(path);
+    return link_exists(f, path, "/inputs");
+  } catch (const std::exception&) {
+    return true;
+  }
 }
 
 void load_stages(const std::string& path, Case& c) {

@@ -50,6 +50,10 @@ inline void check_case_memory(const std::string& where, const Problem& p, Holds 
 // /forward and /backward dataset present, kept in its stored dtype and shape.
 Case load_case(const std::string& path, const LoadOptions& opt, bool outputs);
 
+// Whether the HDF5 file at path has an /inputs link (true where it cannot be opened: its
+// reader then reports why).
+bool has_inputs(const std::string& path);
+
 // The stages a program wrote for the inputs of `c` (the exec backend): every /forward and
 // /backward dataset of the schema, in its stored dtype and shape, into c.t; other datasets
 // in those groups into c.unknown. The file's own /inputs, if any, are not read.
@@ -60,7 +64,10 @@ void load_stages(const std::string& path, Case& c);
 // not per token: parameters and, with `outputs`, the sums over tokens.
 class CaseReader {
  public:
-  CaseReader(const std::string& path, const LoadOptions& opt, bool outputs);
+  // With `inputs` (the head of another case: problem and parameters), a file without /inputs
+  // is read as that case's stages (a kernel's dump of stages only); its chunks then hold no
+  // per-token inputs.
+  CaseReader(const std::string& path, const LoadOptions& opt, bool outputs, const Case* inputs = nullptr);
   ~CaseReader();
   CaseReader(const CaseReader&) = delete;
   CaseReader& operator=(const CaseReader&) = delete;

@@ -39,14 +39,23 @@ std::set<std::string> sum_names(const Case& c) {
 
 class FileSide : public Side {
  public:
-  FileSide(const std::string& path, const LoadOptions& opt, bool outputs) : r_(path, opt, outputs) {}
+  // `in`: where a file without /inputs (a dump of stages only) takes its inputs from
+  FileSide(const std::string& path, const LoadOptions& opt, bool outputs, std::shared_ptr<Side> in)
+      : in_(in && outputs && !has_inputs(path) ? std::move(in) : nullptr),
+        r_(path, opt, outputs, in_ ? &in_->head() : nullptr) {}
   const Case& head() override { return r_.head(); }
-  Case chunk(int64_t t0, int64_t t1) override { return r_.chunk(t0, t1); }
-  Case inputs(int64_t t0, int64_t t1) override { return r_.chunk(t0, t1).inputs_only(); }
+  Case chunk(int64_t t0, int64_t t1) override {
+    Case c = r_.chunk(t0, t1);
+    if (in_)
+      for (auto& [name, t] : in_->inputs(t0, t1).t) c.t.emplace(name, std::move(t));
+    return c;
+  }
+  Case inputs(int64_t t0, int64_t t1) override { return in_ ? in_->inputs(t0, t1) : r_.chunk(t0, t1).inputs_only(); }
   std::set<std::string> sum_stages() override { return sum_names(r_.head()); }
   Case sums() override { return sums_of(r_.head()); }
 
  private:
+  std::shared_ptr<Side> in_;
   CaseReader r_;
 };
 
@@ -312,8 +321,8 @@ StageReport finish_stage(Merged& m, const Problem& p, const DiffOptions& opt) {
 
 }  // namespace
 
-std::unique_ptr<Side> file_side(const std::string& path, const LoadOptions& opt, bool outputs) {
-  return std::make_unique<FileSide>(path, opt, outputs);
+std::unique_ptr<Side> file_side(const std::string& path, const LoadOptions& opt, bool outputs, std::shared_ptr<Side> inputs) {
+  return std::make_unique<FileSide>(path, opt, outputs, std::move(inputs));
 }
 std::unique_ptr<Side> case_side(Case c) { return std::make_unique<CaseSide>(std::move(c)); }
 std::unique_ptr<Side> cpu_side(std::shared_ptr<Side> inputs, Arith arith) {

@@ -27,7 +27,10 @@ class Side {
   virtual Case sums() = 0;
 };
 
-std::unique_ptr<Side> file_side(const std::string& path, const LoadOptions& opt, bool outputs);
+// A file's side. With `inputs`, a file without /inputs (a kernel's dump of stages only) is
+// compared on those inputs.
+std::unique_ptr<Side> file_side(const std::string& path, const LoadOptions& opt, bool outputs,
+                                std::shared_ptr<Side> inputs = nullptr);
 std::unique_ptr<Side> case_side(Case c);  // a case held whole (a backend that runs it in one piece)
 // The golden run chunk by chunk on the chunks of `inputs`.
 std::unique_ptr<Side> cpu_side(std::shared_ptr<Side> inputs, Arith arith);
