@@ -63,8 +63,6 @@ void cleanup() {
   if (g_have_dir) remove_tree(AT_FDCWD, g_dir, 0);
 }
 
-// A temporary directory, removed with everything in it when this goes out of scope or a
-// termination signal ends mhc.
 // A new directory $TMPDIR/mhc-exec-XXXXXX (/tmp without TMPDIR) in `path`: "" when made, else why not.
 std::string make_temp_dir(std::string& path) {
   const char* base = std::getenv("TMPDIR");
@@ -74,6 +72,8 @@ std::string make_temp_dir(std::string& path) {
              std::strerror(errno), ")");
 }
 
+// A temporary directory, removed with everything in it when this goes out of scope or a
+// termination signal ends mhc.
 struct TempDir {
   std::string path;
   TempDir() {

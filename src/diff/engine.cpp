@@ -325,6 +325,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     r = measure(s.name, ta, tb, err, ub);
     r.unit = bf ? "bf16_ulp" : "ref_rms";
     r.reference_error = max_error(tb, o, uo, false);
+    auto ref_error_of = [&](size_t i) { return uo(elem_diff(tb.at(int64_t(i)), o.at(int64_t(i))), o.at(int64_t(i))); };
     r.min_atol = r.max_abs;
     r.has_accuracy = true;
 
@@ -384,19 +385,18 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
         };
         // there E_B is B's own error at the element, not its largest over the stage (the golden's
         // 3e-5 at dalpha[0] more than doubled dalpha[1]'s limit, and a 2e-4 error there passed)
-        auto eb = [&](size_t i) { return uo(elem_diff(tb.at(int64_t(i)), o.at(int64_t(i))), o.at(int64_t(i))); };
         const double noise = noise_floor(s);
         std::vector<double> sigma = sums.sigma && !bf ? sums.sigma(c, s.name) : std::vector<double>{};
         std::vector<double> chain = sums.chain && !bf ? sums.chain(s.name) : std::vector<double>{};
         if (!sigma.empty() && int64_t(sigma.size()) == tb.size()) {
           per_element([&](size_t i) {
             double own = uo(elem_diff(pc.at(int64_t(i)), o.at(int64_t(i))), o.at(int64_t(i)));
-            return k * std::max(own, std::min(reach, kSigmas * sigma[i] / uo.rms)) + eb(i) + noise;
+            return k * std::max(own, std::min(reach, kSigmas * sigma[i] / uo.rms)) + ref_error_of(i) + noise;
           });
         } else if (!chain.empty() && int64_t(chain.size()) == tb.size()) {
           // dphi, dgamma: where a few large terms dominate an element (an outlier channel of x),
           // E_C there is one draw and the chain's own rounding may exceed it
-          per_element([&](size_t i) { return k * std::max(reach, kSigmas * chain[i] / uo.rms) + eb(i) + noise; });
+          per_element([&](size_t i) { return k * std::max(reach, kSigmas * chain[i] / uo.rms) + ref_error_of(i) + noise; });
         }
       }
       return r.class_limit[c];
@@ -427,7 +427,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     auto limit_at = [&](size_t i) { return per_elem ? (*per_elem)[i] : r.limit; };
     // B's own error in the limit at element i: per element where the limits are (limit_of)
     auto ref_error_at = [&](size_t i) {
-      return per_elem ? uo(elem_diff(tb.at(int64_t(i)), o.at(int64_t(i))), o.at(int64_t(i))) : r.reference_error;
+      return per_elem ? ref_error_of(i) : r.reference_error;
     };
     rounding_ok(opt.accept);
     if (bf) r.rounding = rounding[opt.accept];
