@@ -538,25 +538,6 @@ void check_input_names(const H5::H5File& f, const std::string& file) {
     *static_cast<std::string*>(data) = a;
     return 1;
   };
-  // norm_eps or hc_eps on / or on an input dataset (h5py's f.attrs, x.attrs) ran with the defaults
-  auto misplaced = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
-    if (!eps_like(name)) return 0;
-    *static_cast<std::string*>(data) = name;
-    return 1;
-  };
-  std::string off;
-  for (const char* at : {"/", "/inputs/x", "/inputs/phi", "/inputs/alpha", "/inputs/bias", "/inputs/gamma"}) {
-    const bool root = at[1] == '\0';
-    if (!root && !link_exists(f, file, at)) continue;
-    hid_t o = root ? H5Oopen(f.getId(), "/", H5P_DEFAULT) : H5Oopen(f.getId(), at, H5P_DEFAULT);
-    if (o < 0) continue;  // opened and reported where it is read
-    const herr_t found = H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, misplaced, &off);
-    H5Oclose(o);
-    H5Eclear2(H5E_DEFAULT);
-    if (found > 0)
-      fail(file, ": ", at, ": attribute ", off, " would be ignored here: the schema reads norm_eps and hc_eps on /inputs "
-           "only (h5py: f['inputs'].attrs['norm_eps'] = ...)");
-  }
   hid_t g = H5Gopen2(f.getId(), "/inputs", H5P_DEFAULT);
   if (g < 0) fail(file, ": /inputs: cannot open (", h5_cause(), ")");
   const herr_t links = H5Literate(g, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, link, &bad);
@@ -574,6 +555,32 @@ void check_input_names(const H5::H5File& f, const std::string& file) {
     const std::string hint = suggest_stage("/inputs/" + bad);
     fail(file, ": /inputs/", bad, ": not an input of the schema (", hint.empty() ? "" : hint + " ",
          "it has x, phi, alpha, bias, gamma, dh_in, dh_post and dh_res; keep other tensors outside /inputs)");
+  }
+}
+
+// norm_eps or hc_eps on / or on an input dataset (h5py's f.attrs, x.attrs) ran with the defaults.
+// Called once the inputs were opened safely (an external link into a FIFO is refused before
+// anything here opens it).
+void check_eps_placement(const H5::H5File& f, const std::string& file) {
+  auto misplaced = [](hid_t, const char* name, const H5A_info_t*, void* data) -> herr_t {
+    if (!eps_like(name)) return 0;
+    *static_cast<std::string*>(data) = name;
+    return 1;
+  };
+  std::string off;
+  for (const char* at : {"/", "/inputs/x", "/inputs/phi", "/inputs/alpha", "/inputs/bias", "/inputs/gamma"}) {
+    const bool root = at[1] == '\0';
+    H5L_info_t li;
+    if (!root && (!link_exists(f, file, at) || H5Lget_info(f.getId(), at, &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD))
+      continue;  // a soft or external link: what it names was opened and checked where it is read
+    hid_t o = root ? H5Oopen(f.getId(), "/", H5P_DEFAULT) : H5Oopen(f.getId(), at, H5P_DEFAULT);
+    if (o < 0) continue;  // opened and reported where it is read
+    const herr_t found = H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, misplaced, &off);
+    H5Oclose(o);
+    H5Eclear2(H5E_DEFAULT);
+    if (found > 0)
+      fail(file, ": ", at, ": attribute ", off, " would be ignored here: the schema reads norm_eps and hc_eps on /inputs "
+           "only (h5py: f['inputs'].attrs['norm_eps'] = ...)");
   }
 }
 
@@ -650,6 +657,7 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
   std::string gw = cat(file, ": /inputs: ");
   c.prob.norm_eps = read_eps(g, "norm_eps", 1e-6, gw);
   c.prob.hc_eps = read_eps(g, "hc_eps", 1e-6, gw);
+  check_eps_placement(f, file);
 }
 
 // The producer's string attributes on the root group (producer, version, backend, ...);
