@@ -266,6 +266,11 @@ TEST_SUITE("diff") {
     auto inputs = test::sh(test::mhc("diff " + dir + "/seed22.h5 " + dir + "/ref.h5"));
     CHECK(inputs.rc == 2);
     CHECK(inputs.err.find("inputs differ") != std::string::npos);
+    Case eps = p.ref;  // norm_eps stored as float32 by a kernel: the values, every digit (it said "attributes")
+    eps.prob.norm_eps = double(float(p.ref.prob.norm_eps));
+    save_case(dir + "/eps.h5", eps);
+    CHECK(test::sh(test::mhc("diff " + dir + "/eps.h5 " + dir + "/ref.h5")).err.find(
+              cat("norm_eps 9.9999999747524271e-07 vs 9.9999999999999995e-07")) != std::string::npos);
     // --ignore-inputs compares runs on other inputs, and says they diverge through them (it said
     // "match": every stage agreed with A's own upstream, and the inputs excused the rest)
     auto others = test::sh(test::mhc("diff --ignore-inputs " + dir + "/seed22.h5 " + dir + "/ref.h5"));

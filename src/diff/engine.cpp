@@ -209,7 +209,12 @@ double reference_over(const Stage& s, const Tensor& tb, const Tensor& o, const U
 }  // namespace
 
 std::string inputs_difference(const Case& a, const Case& b) {
-  if (a.prob.norm_eps != b.prob.norm_eps || a.prob.hc_eps != b.prob.hc_eps) return "norm_eps/hc_eps attributes";
+  if (a.prob.norm_eps != b.prob.norm_eps || a.prob.hc_eps != b.prob.hc_eps) {  // every digit: a float32 1e-2 is not 0.01
+    char v[160];
+    std::snprintf(v, sizeof v, "norm_eps %.17g vs %.17g, hc_eps %.17g vs %.17g", a.prob.norm_eps, b.prob.norm_eps,
+                  a.prob.hc_eps, b.prob.hc_eps);
+    return cat("the attributes ", v);
+  }
   for (const Stage& s : stage_table()) {
     if (s.group != Group::inputs) continue;
     bool ha = a.has(s.name), hb = b.has(s.name);
