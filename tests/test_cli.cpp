@@ -207,6 +207,18 @@ TEST_SUITE("cli") {
         CHECK(!std::filesystem::exists("full_out.h5"));
       }
     }
+    // stderr closed: the warning went to the next file opened, the output's temporary HDF5 file
+    {
+      Case w = generate_case(parse_shape("8,4,8"), 1, true);
+      w.t["x"] = convert(w.get("x"), DType::f32);
+      w.t["x"].data<float>()[3] += 1e-3f;  // not bf16-exact: a rounding warning on stderr
+      save_case("warn.h5", w);
+      CHECK(test::sh(test::mhc("run -q warn.h5 warn_ref.h5")).rc == 0);
+      CHECK(test::sh(test::mhc("run -q warn.h5 warn_closed.h5") + " 2>&-").rc == 0);
+      CHECK(load_case("warn_closed.h5", LoadOptions{}, true).get("h_in").bytes ==
+            load_case("warn_ref.h5", LoadOptions{}, true).get("h_in").bytes);
+      for (const char* f : {"warn.h5", "warn_ref.h5", "warn_closed.h5"}) std::filesystem::remove(f);
+    }
     std::filesystem::remove("full_stdout.h5");
     // an empty output name ran the whole case, then failed to move it; --report '' was ignored
     CHECK(test::sh(test::mhc("gen --shape 8,4,8 ''")).err.find("an empty output file name") != std::string::npos);
