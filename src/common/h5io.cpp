@@ -573,7 +573,7 @@ void check_eps_placement(const H5::H5File& f, const std::string& file) {
     H5L_info_t li;
     if (!root && (!link_exists(f, file, at) || H5Lget_info(f.getId(), at, &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD))
       continue;  // a soft or external link: what it names was opened and checked where it is read
-    hid_t o = root ? H5Oopen(f.getId(), "/", H5P_DEFAULT) : H5Oopen(f.getId(), at, H5P_DEFAULT);
+    hid_t o = H5Oopen(f.getId(), at, H5P_DEFAULT);
     if (o < 0) continue;  // opened and reported where it is read
     const herr_t found = H5Aiterate2(o, H5_INDEX_NAME, H5_ITER_NATIVE, nullptr, misplaced, &off);
     H5Oclose(o);
