@@ -5,7 +5,9 @@ differentiated by autograd in float64, written in mhc's HDF5 schema through h5py
     python3 tests/torch_reference.py OUTDIR
 
 writes OUTDIR/torch_<shape>.h5 for every shape below: /inputs (x and dh_in as float32
-holding bf16 values), /forward and /backward (float64). Nothing here comes from mhc.
+holding bf16 values), /forward and /backward (float64), and OUTDIR/torch_sat_<shape>.h5 with
+saturated pre gates: bias[i] near -25 for even i (sigmoid ~1e-11, far below hc_eps), near +30 for
+odd i (sigmoid 1 - 1e-13: 1 + hc_eps rounds in float32). Nothing here comes from mhc.
 """
 import sys
 
@@ -13,6 +15,7 @@ import h5py
 import torch
 
 SHAPES = [(5, 4, 7), (3, 6, 16), (2, 8, 5), (4, 4, 1), (1, 4, 9), (2, 3, 4, 6), (17, 1, 3)]
+SATURATED = [(64, 4, 32)]
 NORM_EPS, HC_EPS = 1e-6, 1e-6
 
 
@@ -48,7 +51,9 @@ def forward_backward(inp):
     inv_rms = torch.rsqrt(v.pow(2).mean(-1) + NORM_EPS)
     inv_rms.retain_grad()
     t = h_mix * inv_rms[..., None]
-    h_pre = torch.sigmoid(alpha[0] * t[..., :n] + bias[:n]) + HC_EPS
+    # 1 / (1 + exp(-z)), not torch.sigmoid: its backward, s (1 - s) from the saved s, cancels where
+    # s ~ 1 (1e-3 relative at z = 30 in float64); the quotient's is exp(-z) / (1 + exp(-z))^2
+    h_pre = 1 / (1 + torch.exp(-(alpha[0] * t[..., :n] + bias[:n]))) + HC_EPS
     h_pre.retain_grad()
     h_post = 2 * torch.sigmoid(alpha[1] * t[..., n:2 * n] + bias[n:2 * n])
     h_res = (alpha[2] * t[..., 2 * n:] + bias[2 * n:]).reshape(*tok, n, n)
@@ -83,7 +88,14 @@ def main():
         inp = make_inputs(shape, 100 + i)
         fwd, bwd = forward_backward(inp)
         write(f"{out}/torch_{'x'.join(map(str, shape))}.h5", inp, fwd, bwd)
-    print(f"wrote {len(SHAPES)} autograd references to {out}")
+    for i, shape in enumerate(SATURATED):
+        inp = make_inputs(shape, 200 + i)
+        n = shape[-2]
+        r = torch.rand(n, generator=torch.Generator().manual_seed(300 + i), dtype=torch.float64)
+        inp["bias"][:n] = torch.where(torch.arange(n) % 2 == 0, -25 - r, 30 + r).float().double()
+        fwd, bwd = forward_backward(inp)
+        write(f"{out}/torch_sat_{'x'.join(map(str, shape))}.h5", inp, fwd, bwd)
+    print(f"wrote {len(SHAPES) + len(SATURATED)} autograd references to {out}")
 
 
 if __name__ == "__main__":

@@ -29,16 +29,17 @@ const std::vector<Stage>& stage_table() {
       // backward
       {"dh_pre", Group::backward, {tok, n}, F32, {"dh_in", "x"}, "dh_in . x[i,:]"},
       {"dh_mix", Group::backward, {tok, nmix}, F32,
-       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "inv_rms", "alpha"}, "G * inv_rms"},
+       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms", "alpha", "bias"}, "G * inv_rms"},
       {"dinv_rms", Group::backward, {tok}, F32,
-       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "alpha"}, "G . h_mix"},
+       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms", "alpha", "bias"}, "G . h_mix"},
       {"dvecX", Group::backward, {tok, n, d}, F32, {"dh_mix", "phi"}, "dh_mix phi: gradient of x*gamma"},
       {"dx", Group::backward, {tok, n, d}, B16,
        {"dvecX", "gamma", "dinv_rms", "inv_rms", "x", "h_pre", "dh_in"}, "gradient of x"},
       {"dphi", Group::backward, {nmix, k}, F32, {"dh_mix", "x", "gamma"}, "sum_t dh_mix^T (x*gamma)"},
       {"dalpha", Group::backward, {three}, F32,
-       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms"}, "sum_t g . t"},
-      {"dbias", Group::backward, {nmix}, F32, {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post"}, "sum_t g"},
+       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms", "alpha", "bias"}, "sum_t g . t"},
+      {"dbias", Group::backward, {nmix}, F32,
+       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms", "alpha", "bias"}, "sum_t g"},
       {"dgamma", Group::backward, {n, d}, F32, {"x", "dvecX"}, "sum_t x * dvecX"},
   };
   return table;

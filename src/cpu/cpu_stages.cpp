@@ -126,6 +126,8 @@ template <class R> std::vector<R> operands(std::vector<R> v, Operands o) {
 }
 
 template <class R> R sigmoid(R z) { return R(1) / (R(1) + std::exp(-z)); }
+// A gate's argument z = alpha·t + bias, t = h_mix·inv_rms (the forward's gates and g_pre's sigmoid).
+template <class R> R gate_z(R alpha, R h_mix, R inv_rms, R bias) { return alpha * (h_mix * inv_rms) + bias; }
 
 // ---------------------------------------------------------------- forward
 
@@ -198,7 +200,7 @@ template <class R> void gate(const char* name, const Problem& p, const TensorMap
   std::vector<R> r(static_cast<size_t>(T * width));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t j = 0; j < width; ++j) {
-      R z = a[size_t(which)] * (hm.p[t * N + first + j] * ir.p[t]) + b[size_t(first + j)];
+      R z = gate_z(a[size_t(which)], hm.p[t * N + first + j], ir.p[t], b[size_t(first + j)]);
       r[size_t(t * width + j)] = which == 0 ? sigmoid(z) + R(p.hc_eps) : which == 1 ? R(2) * sigmoid(z) : z;
     }
   store(out, 0, r.data(), T * width);
@@ -228,18 +230,24 @@ template <class R> void h_in(const Problem& p, const TensorMap& in, const Arith&
 // ---------------------------------------------------------------- backward
 
 // Per-token gate gradients g = [g_pre, g_post, g_res] (before alpha), shared by dh_mix,
-// dinv_rms, dalpha and dbias.
+// dinv_rms, dalpha and dbias. g_pre's s and 1 − s: from h_pre, or from z in their tails (kPreLow).
 template <class R> struct GateGrads {
   const Problem& p;
-  As<R> dh_pre, dh_post, dh_res, h_pre, h_post;
+  As<R> dh_pre, dh_post, dh_res, h_pre, h_post, h_mix, inv_rms;
+  std::vector<R> alpha, bias;
   GateGrads(const Problem& prob, const TensorMap& in)
       : p(prob), dh_pre(dep(in, "dh_pre")), dh_post(dep(in, "dh_post")), dh_res(dep(in, "dh_res")),
-        h_pre(dep(in, "h_pre")), h_post(dep(in, "h_post")) {}
+        h_pre(dep(in, "h_pre")), h_post(dep(in, "h_post")), h_mix(dep(in, "h_mix")), inv_rms(dep(in, "inv_rms")),
+        alpha(all_as<R>(dep(in, "alpha"))), bias(all_as<R>(dep(in, "bias"))) {}
   void operator()(int64_t t, R* g) const {  // g is [N]
-    const int64_t n = p.n;
+    const int64_t n = p.n, N = p.N();
     for (int64_t i = 0; i < n; ++i) {
-      R s = h_pre.p[t * n + i] - R(p.hc_eps);
-      g[i] = dh_pre.p[t * n + i] * s * (R(1) - s);
+      R s = h_pre.p[t * n + i] - R(p.hc_eps), r = R(1) - s;  // s and 1 - s
+      if (s < R(kPreLow * p.hc_eps) || r < R(kPreHigh)) {
+        const R z = gate_z(alpha[0], h_mix.p[t * N + i], inv_rms.p[t], bias[size_t(i)]);
+        s = sigmoid(z), r = sigmoid(-z);
+      }
+      g[i] = dh_pre.p[t * n + i] * s * r;
       R hpo = h_post.p[t * n + i];
       g[n + i] = dh_post.p[t * n + i] * hpo * (R(1) - hpo / R(2));
     }

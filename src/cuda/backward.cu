@@ -135,8 +135,12 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
   for (int j = threadIdx.x; j < N; j += kThreads) {
     float gj;
     if (j < n) {
-      float s = p.h_pre[t * n + j] - p.hc_eps;
-      gj = dhp[j] * s * (1.0f - s);
+      float s = p.h_pre[t * n + j] - p.hc_eps, r = 1.0f - s;  // s and 1 - s: from z in their tails
+      if (s < p.pre_low || r < p.pre_high) {
+        const float z = p.alpha[0] * (p.h_mix[t * N + j] * ir) + p.bias[j];
+        s = sigmoid(z), r = sigmoid(-z);
+      }
+      gj = dhp[j] * s * r;
       p.dh_pre[t * n + j] = dhp[j];
     } else if (j < 2 * n) {
       float h = p.h_post[t * n + j - n];

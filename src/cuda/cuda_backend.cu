@@ -133,14 +133,14 @@ struct DeviceCase {
     fwd.norm_eps = float(prob.norm_eps), fwd.hc_eps = float(prob.hc_eps);
     if (!backward) return;
     bwd.x = at("x"), bwd.dh_in = at("dh_in"), bwd.dh_post = at("dh_post"), bwd.dh_res = at("dh_res");
-    bwd.phi = at("phi"), bwd.gamma = at("gamma"), bwd.alpha = at("alpha");
+    bwd.phi = at("phi"), bwd.gamma = at("gamma"), bwd.alpha = at("alpha"), bwd.bias = at("bias");
     bwd.inv_rms = at("inv_rms"), bwd.h_mix = at("h_mix"), bwd.h_pre = at("h_pre"), bwd.h_post = at("h_post");
     bwd.dh_pre = at("dh_pre"), bwd.dh_mix = at("dh_mix"), bwd.dinv_rms = at("dinv_rms");
     bwd.dvecX = keep_dvecX ? static_cast<float*>(at("dvecX")) : nullptr;
     bwd.dx = at("dx"), bwd.g_tok = g_tok.p, bwd.a_tok = a_tok.p, bwd.partial = partial.p;
     bwd.dphi = at("dphi"), bwd.dalpha = at("dalpha"), bwd.dbias = at("dbias"), bwd.dgamma = at("dgamma");
     bwd.T = prob.T(), bwd.n = int(prob.n), bwd.D = int(prob.D), bwd.splits = int(geo.splits);
-    bwd.hc_eps = float(prob.hc_eps);
+    bwd.hc_eps = float(prob.hc_eps), bwd.pre_low = float(kPreLow * prob.hc_eps), bwd.pre_high = float(kPreHigh);
   }
 
   StagePtr at(const char* name) const {

@@ -83,8 +83,6 @@ Plan plan(int64_t T, int N, int K, bool group_fits) {
 }
 int64_t plane_cols(int K) { return ceil_div(K, kChunk) * kChunk; }
 
-__device__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
-
 // planes [kPlanes][rows][Kp]: pg = hi + mid + lo exactly (each the nearest bf16 to what is left).
 __global__ void __launch_bounds__(kThreads) split_pg(const float* pg, int N, int K, int rows, int64_t Kp,
                                                      __nv_bfloat16* planes) {

@@ -12,6 +12,8 @@ namespace mhc::cuda {
 // Blocks (or tiles) of size b that cover a: launch arithmetic.
 __host__ __device__ constexpr int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+__device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + expf(-z)); }
+
 struct FwdParams {
   const __nv_bfloat16* x;  // [T,K]
   const float* pg;         // [N,K] phi with gamma folded in (phi[j,k] * gamma[k])
@@ -37,6 +39,7 @@ struct BwdParams {
   const float* phi;            // [N,K]
   const float* gamma;          // [K]
   const float* alpha;          // [3]
+  const float* bias;           // [N]
   const float* inv_rms;        // [T]
   const float* h_mix;          // [T,N]
   const float* h_pre;          // [T,n]
@@ -55,7 +58,7 @@ struct BwdParams {
   float* dgamma;               // [K]
   int64_t T;
   int n, D, splits;
-  float hc_eps;
+  float hc_eps, pre_low, pre_high;  // g_pre's s from z where s < pre_low or 1 - s < pre_high (kPreLow)
 };
 
 // Floats of FwdParams::scratch for a shape: the bf16 planes of phi*gamma and the forward's
