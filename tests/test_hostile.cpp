@@ -195,6 +195,41 @@ TEST_SUITE("hostile") {
     for (auto& e : std::filesystem::directory_iterator(h.dir)) CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
   }
 
+  // Small files: libhdf5 holds their data until the datasets close, and that close failed inside
+  // HDF5's C++ destructors, which print a line each and go on. A full disk (ENOSPC) left a file
+  // whose dgamma was zeros, with exit 0 and "wrote" printed; EFBIG printed 5 to 8 lines.
+  TEST_CASE("a write that fails as the file is closed (a full disk, EFBIG): one line, status 2, no file, nothing printed") {
+    Hostile h("close_fails");
+    auto expect_one_line = [&](const test::CmdResult& r, const char* cause) {
+      CAPTURE(r.err);
+      CHECK(r.rc == 2);
+      CHECK(r.out.empty());
+      CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+      CHECK(r.err.find(cause) != std::string::npos);
+      CHECK(!std::filesystem::exists(h.out));
+    };
+    expect_one_line(test::sh("ulimit -f 16; " + test::mhc("run " + h.in + " " + h.out)), "File too large");
+    expect_one_line(test::sh("ulimit -f 40; " + test::mhc("gen --shape 64,4,64 " + h.out)), "File too large");
+    // ENOSPC: a 64 KiB tmpfs, where this process may mount one (root, as in CI)
+    const std::string small = h.dir + "/small";
+    std::filesystem::create_directories(small);
+    if (test::sh("mount -t tmpfs -o size=64k tmpfs " + small + " 2>/dev/null").rc != 0) {
+      MESSAGE("not checked: ENOSPC (cannot mount a tmpfs here)");
+      return;
+    }
+    const std::string out = small + "/out.h5";
+    for (const std::string& cmd : {"run " + h.in + " " + out, "gen --shape 64,4,64 " + out}) {
+      auto r = test::sh("head -c 40k /dev/zero > " + small + "/filler; " + test::mhc(cmd));
+      CAPTURE(cmd);
+      CAPTURE(r.err);
+      CHECK(r.rc == 2);
+      CHECK(r.out.empty());
+      CHECK(r.err == "mhc: error: " + out + ": cannot write (file write failed: No space left on device)\n");
+      CHECK(!std::filesystem::exists(out));
+    }
+    test::sh("umount " + small);
+  }
+
 #ifdef __SANITIZE_ADDRESS__
   constexpr bool kAsan = true;  // AddressSanitizer handles SIGSEGV itself (its report is what the fuzzer reads)
 #else

@@ -28,11 +28,13 @@ void add_gen(CLI::App& app, int& rc) {
     check_output_path(o->out, "", o->force);
     Case c = generate_case(p, o->seed, !o->forward_only);
     c.attrs["generator"] = cat("mhc gen --shape ", o->shape, " --seed ", o->seed);
-    // printed first: where stdout cannot take it, the command fails and leaves no file
-    std::cout << "wrote " << o->out << ": " << p.str() << ", seed " << o->seed
-              << (o->forward_only ? ", forward only\n" : ", with gradients\n");
-    flush_stdout();
-    save_case(o->out, c, o->force);
+    // printed once the file is written, before it is moved into place: where stdout cannot take
+    // it, the command fails and leaves no file
+    save_case(o->out, c, o->force, [&] {
+      std::cout << "wrote " << o->out << ": " << p.str() << ", seed " << o->seed
+                << (o->forward_only ? ", forward only\n" : ", with gradients\n");
+      flush_stdout();
+    });
     rc = 0;
   });
 }

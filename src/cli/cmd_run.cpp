@@ -133,6 +133,7 @@ void add_run(CLI::App& app, int& rc) {
       nonfinite(head, 0);
       out.write(head, 0);
       add_summary(head);
+      out.finish();
       report();
       out.commit();
     } else {
@@ -148,8 +149,7 @@ void add_run(CLI::App& app, int& rc) {
              "; nothing written (docs/schema.md)");
       prob = c.prob, backward = c.has_gradients();
       add_summary(c);
-      report();
-      save_case(o->out, c, o->force);
+      save_case(o->out, c, o->force, report);
     }
     rc = 0;
   });

@@ -52,6 +52,17 @@ H5::DataType mem_type(DType t) {
 }
 
 // The most specific message on HDF5's error stack ("required filter 'lzf' is not registered").
+// libhdf5's sec2 driver describes a failed read or write with the time (and a newline), the
+// buffer's address and byte counts: "file write failed: time = ..., error message = 'No space
+// left on device', buf = 0x..., ...". Kept: "file write failed: No space left on device".
+std::string tidy(const std::string& msg) {
+  const std::string key = "error message = '";
+  const size_t head = msg.find(": time = "), at = msg.find(key);
+  if (head == std::string::npos || at == std::string::npos) return msg;
+  const size_t from = at + key.size();
+  return msg.substr(0, head) + ": " + msg.substr(from, msg.find('\'', from) - from);
+}
+
 // The most specific message of an HDF5 error stack, skipping the plugin loader's "can't open
 // directory" that hides the real cause ("required filter 'lzf' is not registered").
 std::string innermost(hid_t stack) {
@@ -63,7 +74,7 @@ std::string innermost(hid_t stack) {
     return 0;
   };
   H5Ewalk2(stack, H5E_WALK_UPWARD, walk, &msg);
-  return msg;
+  return tidy(msg);
 }
 
 // HDF5 calls this on every failing API call, before the C++ wrappers clear the stack: it
@@ -884,12 +895,14 @@ bool g_left_open = false;
   fail(path, ": cannot write (", cause, ")");
 }
 
-// Closes ds after a failed write: its close fails too (a full disk), and HDF5's C++ destructor
-// would print a line for each dataset before mhc's own one-line error. H5Dclose drops the id
-// even when it fails, after which the destructor does nothing.
-void drop(const H5::DataSet& ds) {
-  H5Dclose(ds.getId());
-  H5Eclear2(H5E_DEFAULT);
+// After a failed write libhdf5 1.10 cannot close a dataset (a full disk: the data it still
+// holds cannot be written) and keeps its id, and HDF5's C++ destructor would retry and print a
+// line for each dataset before mhc's own one-line error. The error ends the process, so such a
+// dataset is kept open, as write_failed keeps the file: a copy holds a reference, and the
+// destructor of ds then only drops its own.
+void abandon(const H5::DataSet& ds) {
+  static auto* kept = new std::vector<H5::DataSet>;  // reachable, so not a leak to LeakSanitizer
+  kept->push_back(ds);
 }
 
 void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
@@ -901,8 +914,9 @@ void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
   H5::DataSet ds = f.createDataSet(path, ft, sp, H5::DSetCreatPropList::DEFAULT, H5::DSetAccPropList::DEFAULT, lcpl);
   try {
     if (t.size()) ds.write(t.bytes.data(), mem_type(t.dtype));
+    ds.close();  // where libhdf5 writes what it still holds: a full disk fails here
   } catch (const H5::Exception&) {
-    drop(ds);
+    abandon(ds);
     throw;
   }
 }
@@ -948,7 +962,7 @@ struct CaseWriter::Impl {
     try {
       body();
     } catch (const H5::Exception&) {
-      for (auto& [name, ds] : made) drop(ds);
+      for (auto& [name, ds] : made) abandon(ds);
       write_failed(path, f);
     }
   }
@@ -1015,20 +1029,31 @@ void CaseWriter::write(const Case& c, int64_t t0) {
   });
 }
 
-void CaseWriter::commit() {
+void CaseWriter::finish() {
   Impl& m = *impl_;
+  if (!m.f) return;
   m.guarded([&] {
+    // closed one by one, where libhdf5 writes what it still holds: a full disk fails here, and
+    // the destructors (m.made.clear()) would only print that and go on
+    for (auto& [name, ds] : m.made) ds.close();
     m.made.clear();
     m.f->close();
   });
-  m.out.commit();
+  m.f.reset();
+}
+
+void CaseWriter::commit() {
+  finish();
+  impl_->out.commit();
 }
 
 bool write_left_file_open() { return g_left_open; }
 
-void save_case(const std::string& path, const Case& c, bool replace) {
+void save_case(const std::string& path, const Case& c, bool replace, const std::function<void()>& announce) {
   CaseWriter w(path, c, replace);
   w.write(c, -1);
+  w.finish();
+  if (announce) announce();
   w.commit();
 }
 

@@ -3,6 +3,7 @@
 // Every failure is a UserError naming the file and dataset. Writes go to a temporary
 // file in the target directory and are renamed into place, so no partial output survives.
 #pragma once
+#include <functional>
 #include <memory>
 #include <set>
 #include <string>
@@ -96,7 +97,9 @@ bool write_left_file_open();
 
 // Writes the case atomically: a temporary file beside path, then renamed into place;
 // without `replace`, linked into place so that of two racing writers exactly one wins.
-void save_case(const std::string& path, const Case& c, bool replace = true);
+// `announce` runs once the file is written and closed, before it is moved into place (what a
+// command prints: where stdout or the disk fails, no file is left).
+void save_case(const std::string& path, const Case& c, bool replace = true, const std::function<void()>& announce = {});
 
 // Writes a case token chunk by token chunk, atomically like save_case: each dataset is
 // created at its full shape when first written, per-token tensors go in by hyperslab.
@@ -112,7 +115,8 @@ class CaseWriter {
   // others (parameters, sums over tokens) whole, the first time they are seen. t0 < 0:
   // `c` is the whole case, every tensor written whole in its own shape.
   void write(const Case& c, int64_t t0);
-  void commit();  // closes the file and moves it into place
+  void finish();  // closes the file: everything is written (a full disk fails here, not later)
+  void commit();  // finishes, and moves the file into place
 
  private:
   struct Impl;
