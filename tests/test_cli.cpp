@@ -258,6 +258,29 @@ TEST_SUITE("cli") {
     }
   }
 
+  TEST_CASE("small n*D at fp64: the same bits on 1 and 4 threads and any --chunk") {
+    // Eigen multiplied matrices of rows + cols + depth < 20 coefficient by coefficient, in an order
+    // that depended on where the buffers lay: dvecX's last partial block of 100,2,3 (4 x 8 by 8 x 6)
+    // and dx differed by an ulp between thread counts, and so did diff's report against cpu:fp64
+    const std::string dir = test::tmpdir("small_fp64");
+    for (const char* shape : {"100,2,3", "513,2,2"}) {
+      CAPTURE(shape);
+      save_case(dir + "/in.h5", generate_case(parse_shape(shape), 5, true));
+      Case want;
+      for (const char* run : {"OMP_NUM_THREADS=1 ", "OMP_NUM_THREADS=4 ", "OMP_NUM_THREADS=3 --chunk 256 "}) {
+        const std::string env = std::string(run).substr(0, std::string(run).find(' ') + 1);
+        const std::string chunk = std::string(run).substr(env.size());
+        REQUIRE(test::sh(env + test::mhc("run -q --force --precision fp64 " + chunk + dir + "/in.h5 " + dir + "/out.h5")).rc == 0);
+        Case got = load_case(dir + "/out.h5", {}, true);
+        if (want.t.empty()) want = got;
+        for (auto& [name, t] : want.t) {
+          CAPTURE(name);
+          CHECK(got.get(name).bytes == t.bytes);
+        }
+      }
+    }
+  }
+
   TEST_CASE("--backend cuda without a GPU (or without CUDA) is one line and status 2") {
     Bad b("nocuda");
     auto r = test::sh(test::mhc("run -q --backend cuda " + b.run().substr(4)));
@@ -394,6 +417,10 @@ TEST_SUITE("cli") {
     b.expect_error(exec(std::string(MHC_BIN) + " run -q {in} {out} && " + MHC_PYTHON + " " + b.dir + "/typo.py {out}"),
                    {"/forward/H_PRE is not a stage of the schema", "did you mean /forward/h_pre?", "nothing written"});
     b.expect_error(exec("python3 kernel.py"), {"must name {in}", "{out}"});
+    // check reported every case as failed, status 1, where no case could run
+    for (const std::string& args : {"check 'exec:python3 kernel.py' --cases quick", "check cpu --against exec:true --cases quick",
+                                    "diff 'exec:python3 kernel.py' cpu --shape 3,4,8"})
+      b.expect_error(args, {"must name {in}", "{out}"});
     auto r = test::sh(test::mhc(exec("no-such-program-here {in} {out}")));  // the shell's own line comes first
     CHECK(r.rc == 2);
     CHECK(r.err.find("mhc: error: exec: 'no-such-program-here {in} {out}' exited with status 127") != std::string::npos);

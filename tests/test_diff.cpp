@@ -87,6 +87,25 @@ TEST_SUITE("diff") {
     CHECK(find(r, "h_in").mismatches == 1);
   }
 
+  TEST_CASE("saturated gates: h_in rounded from h_pre kept in fp64 matches (its ties are not half-up rounding)") {
+    // bias +-20: h_pre = 1 + 1e-6 is 1 + 2^-20 in fp32, and fp32 recomputation put 126 of 65536
+    // values of h_in on exact ties; the kernel's values, from h_pre in fp64, lie beyond them and
+    // round away from zero, correctly: "ties not to even (round half up?)" (review A, session 17)
+    Case in = generate_case(parse_shape("256,4,256"), 3, true);
+    float* b = in.t["bias"].data<float>();
+    for (int64_t j = 0; j < in.prob.N(); ++j) b[j] = j % 2 ? -20.0f : 20.0f;
+    Case ref = in, exact = in;
+    cpu_run(ref, Precision::fp32);
+    cpu_run(exact, Precision::fp64);
+    Case a = ref;
+    Tensor& h = a.t["h_in"];
+    for (int64_t i = 0; i < h.size(); ++i) h.data<bf16>()[i] = double_to_bf16(exact.get("h_in").at(i));
+    DiffReport r = test::diff(a, ref);
+    INFO(report_table(r, false));
+    CHECK(find(r, "h_in").rounding.ties > 64);  // the clustered ties are there
+    CHECK(r.match());
+  }
+
   TEST_CASE("a NaN in dgamma") {
     Planted p;
     p.bad.t["dgamma"].set(5, NAN);

@@ -170,9 +170,6 @@ void check_dump(const Case& c, const std::string& command) {
 
 void exec_run(const BackendSpec& spec, Case& c, Pass pass, bool) {
   const std::string& command = spec.arg;
-  if (command.find("{in}") == std::string::npos || command.find("{out}") == std::string::npos)
-    fail("exec:", command, ": the command must name {in} (the inputs mhc writes) and {out} (the dump it reads), e.g. ",
-         "exec:'python3 kernel.py {in} {out}'");
   TempDir dir;
   const std::string in = dir.path + "/in.h5", out = dir.path + "/out.h5";
   Case inputs = c.inputs_only();
@@ -207,6 +204,11 @@ Backend exec_backend() {
   b.what = "your program: COMMAND (run by /bin/sh) reads {in} and writes its stages to {out}";
   b.precisions = {Precision::fp32};
   b.takes_argument = true;
+  b.bad_argument = [](const std::string& command) -> std::string {
+    if (command.find("{in}") != std::string::npos && command.find("{out}") != std::string::npos) return "";
+    return "the command must name {in} (the inputs mhc writes) and {out} (the dump it reads), e.g. "
+           "exec:'python3 kernel.py {in} {out}'";
+  };
   b.unavailable = [] {  // checked once before a command runs: check counted a bad TMPDIR as every case failing
     std::string path, why = make_temp_dir(path);
     if (why.empty()) rmdir(path.c_str());

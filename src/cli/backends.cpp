@@ -83,6 +83,8 @@ BackendSpec parse_backend(const std::string& text) {
     if (!spec.backend) fail("unknown backend '", text, "': expected one of ", backend_names());
     fail("backend '", text, "': ", why);
   }
+  if (spec.backend->bad_argument)  // before anything runs: check counted every case as failed
+    if (std::string why = spec.backend->bad_argument(spec.arg); !why.empty()) fail(text, ": ", why);
   return spec;
 }
 

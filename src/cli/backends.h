@@ -27,6 +27,7 @@ struct Backend {
   std::string what;                   // one line for --help
   std::vector<Precision> precisions;  // the first is the default
   bool takes_argument = false;        // exec:COMMAND
+  std::function<std::string(const std::string&)> bad_argument;  // why that argument cannot work, or ""
   bool streams = false;               // runs token chunk by token chunk (cpu_run_chunk)
   std::function<std::string()> unavailable;  // "" when it can run here, else why not
   std::function<void(const BackendSpec&, Case&, Pass, bool dump_intermediates)> run;
