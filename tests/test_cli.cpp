@@ -258,6 +258,16 @@ TEST_SUITE("cli") {
     }
   }
 
+  TEST_CASE("a newline in an argument stays on the error's one line; check refuses two cases of one name") {
+    Bad b("newline");
+    b.expect_error("run --precision \"$(printf 'fp\\n32')\" " + b.in + " " + b.out, {"--precision", "fp\\n32"});
+    b.expect_error("run " + b.in + " " + b.out + " \"$(printf 'extra\\narg')\"", {"extra\\narg"});
+    // the second case's kept files replaced the first's
+    std::ofstream(b.dir + "/dup.txt") << "dup 8,4,8\ndup 9,4,8\n";
+    b.expect_error("check cpu --cases " + b.dir + "/dup.txt --keep " + b.dir + "/kept", {"case dup appears twice"});
+    b.expect_error("check 'exec:true {in} {out}' --cases quick --only n1 --vary X=a,b,a", {"appears twice"});
+  }
+
   TEST_CASE("small n*D at fp64: the same bits on 1 and 4 threads and any --chunk") {
     // Eigen multiplied matrices of rows + cols + depth < 20 coefficient by coefficient, in an order
     // that depended on where the buffers lay: dvecX's last partial block of 100,2,3 (4 x 8 by 8 x 6)

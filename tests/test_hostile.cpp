@@ -108,6 +108,23 @@ TEST_SUITE("hostile") {
     h.expect_error("run " + h.in + " " + h.out, {"/inputs/phi"});
   }
 
+  TEST_CASE("a kernel's dump with a group or a dangling link where a stage belongs: an error, not 'missing' and a match") {
+    Hostile h("stage_group");
+    REQUIRE(test::sh(test::mhc("run -q " + h.in + " " + h.dir + "/dump.h5")).rc == 0);
+    const std::string dump = h.dir + "/dump.h5";
+    for (const char* edit : {"del f['forward/h_mix']; f.create_group('forward/h_mix')",
+                             "del f['backward/dphi']; f['backward/dphi'] = h5py.SoftLink('/nowhere')"}) {
+      CAPTURE(edit);
+      REQUIRE(test::sh(std::string(MHC_PYTHON) + " -c \"import h5py; f = h5py.File('" + dump + "', 'r+'); " + edit +
+                       "; f.close()\"").rc == 0);
+      auto r = test::sh(test::mhc("diff " + dump + " cpu"));
+      CAPTURE(r.err);
+      CHECK(r.rc == 2);
+      CHECK(r.err.find("is not a dataset") != std::string::npos);
+      REQUIRE(test::sh(test::mhc("run -q --force " + h.in + " " + dump)).rc == 0);
+    }
+  }
+
   TEST_CASE("objects inside more than 256 nested groups are refused at once (HDF5's walk is cubic in the depth: 2000 took 70 s)") {
     Hostile h("nested");
     h.edit("f.create_group('/'.join(['u'] * 256)).create_dataset('leaf', data=[1.0])");

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -23,9 +24,18 @@
 namespace mhc {
 namespace {
 
+// A case's name as a file name in --keep's directory: a name from --cases or a --vary value may
+// hold '/' ("../x").
+std::string kept_name(const std::string& name) {
+  std::string file = name;
+  for (char& ch : file)
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && !std::strchr("._=@,+-", ch)) ch = '_';
+  return file[0] == '.' ? "_" + file : file;
+}
+
 struct Outcome {
   const CheckCase* c = nullptr;
-  bool passed = false;
+  bool passed = false, kept = false;  // kept: its files are in --keep's directory
   std::string verdict, first_divergent, accuracy, pattern, reason;
   std::vector<AxisRanges> where;
 };
@@ -133,15 +143,12 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
     o.reason = dynamic_cast<const UserError*>(&e) ? e.what() : cat("internal error: ", e.what());
   }
   if (!o.passed && !keep.empty()) {  // DIR was made before the sweep
-    // the case's name as a file name in DIR: a name from --cases or a --vary value may hold '/' ("../x")
-    std::string file = cc.name;
-    for (char& ch : file)
-      if (!std::isalnum(static_cast<unsigned char>(ch)) && !std::strchr("._=@,+-", ch)) ch = '_';
-    if (file[0] == '.') file = "_" + file;
+    const std::string file = kept_name(cc.name);
     try {  // a full disk costs the kept files of this case, not the rest of the sweep
       save_case(cat(keep, "/", file, ".in.h5"), in);
       for (auto [side, c] : {std::pair{"a", &a}, std::pair{"ref", &b}})
         if (c->t.size() > in.t.size()) save_case(cat(keep, "/", file, ".", side, ".h5"), *c);
+      o.kept = true;
     } catch (const UserError& e) {
       o.reason += cat(o.reason.empty() ? "" : "; ", "not kept: ", e.what());
     }
@@ -155,8 +162,8 @@ std::string line_of(const Outcome& o) {
                                             : cat(o.verdict, !o.first_divergent.empty() ? " at " : o.pattern.empty() ? "" : ": ",
                                                   o.pattern);
   if (!o.reason.empty()) what += cat(o.verdict == "match" ? "; but " : "; ", o.reason);
-  return cat(o.passed ? "ok  " : "FAIL", "  ", o.c->name, std::string(o.c->name.size() < 14 ? 14 - o.c->name.size() : 1, ' '),
-             o.c->shape, std::string(o.c->shape.size() < 14 ? 14 - o.c->shape.size() : 1, ' '), what);
+  return one_line(cat(o.passed ? "ok  " : "FAIL", "  ", o.c->name, std::string(o.c->name.size() < 14 ? 14 - o.c->name.size() : 1, ' '),
+             o.c->shape, std::string(o.c->shape.size() < 14 ? 14 - o.c->shape.size() : 1, ' '), what));
 }
 
 // What every failure shares and some passing case lacks, most specific first.
@@ -285,6 +292,10 @@ void add_check(CLI::App& app, int& rc) {
         cases.push_back(c);
     }
     if (cases.empty()) fail("--only ", o->only, ": no case of --cases ", o->cases, " matches");
+    std::set<std::string> names;  // two cases of one name: the second one's kept files replaced the first's
+    for (const CheckCase& c : cases)
+      if (!names.insert(kept_name(c.name)).second)
+        fail("case ", one_line(c.name), " appears twice (--cases, --vary): each case needs a name of its own");
     // what would stop the sweep midway, found before any case runs
     for (const CheckCase& c : cases) check_case_memory(cat("case ", c.name, ": "), c.prob(), Holds::check);
     struct stat kd;
@@ -308,7 +319,7 @@ void add_check(CLI::App& app, int& rc) {
     } else {
       std::printf("%zu cases: %d passed, %zu failed\n", all.size(), passed, all.size() - size_t(passed));
       for (auto& s : summary) std::printf("%s\n", s.c_str());
-      if (!o->keep.empty() && passed < int(all.size()))
+      if (std::any_of(all.begin(), all.end(), [](const Outcome& r) { return r.kept; }))
         std::printf("failing cases kept in %s/: mhc diff %s/NAME.a.h5 %s/NAME.ref.h5\n", o->keep.c_str(),
                     o->keep.c_str(), o->keep.c_str());
     }

@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::cerr << "mhc: error: " << e.what() << " (see mhc --help)\n";
+    std::cerr << "mhc: error: " << mhc::one_line(e.what()) << " (see mhc --help)\n";
     return 2;
   } catch (const mhc::UserError& e) {
     std::cerr << "mhc: error: " << mhc::one_line(e.what()) << "\n";

@@ -707,6 +707,8 @@ void read_outputs_head(const H5::H5File& f, const std::string& file, Case& c, st
   std::set<std::string> placed;  // stages with a dataset at their schema path (through a soft link too)
   for (const Stage& s : stage_table())
     if (s.group != Group::inputs && dataset_at(f.getId(), dataset_path(s).c_str())) placed.insert(s.name);
+    else if (s.group != Group::inputs && link_exists(f, file, dataset_path(s)))  // was "missing in A", and a match
+      fail(file, ": ", dataset_path(s), " is not a dataset (a group, or a link to nothing); the schema stores each stage as one");
   g_refused.clear();  // an external link refused here is reported where the walk below meets it
   // A stage at its schema path: the shape against the schema before anything is read (a sum
   // over tokens in another shape is not read: four declared at 1.2e8 elements each, each under
