@@ -230,20 +230,23 @@ template <class R> void h_in(const Problem& p, const TensorMap& in, const Arith&
 // ---------------------------------------------------------------- backward
 
 // Per-token gate gradients g = [g_pre, g_post, g_res] (before alpha), shared by dh_mix,
-// dinv_rms, dalpha and dbias. g_pre's s and 1 − s: from h_pre, or from z in their tails (kPreLow).
+// dinv_rms, dalpha and dbias. g_pre's s and 1 − s: from h_pre, or from z in their tails (kPreLow),
+// except in plain evaluations: the budget is what a correct kernel that recovers s from h_pre
+// everywhere can be off (with the tails exact there, such a kernel failed dalpha and dbias).
 template <class R> struct GateGrads {
   const Problem& p;
   As<R> dh_pre, dh_post, dh_res, h_pre, h_post, h_mix, inv_rms;
   std::vector<R> alpha, bias;
-  GateGrads(const Problem& prob, const TensorMap& in)
+  bool tails;
+  GateGrads(const Problem& prob, const TensorMap& in, const Arith& a)
       : p(prob), dh_pre(dep(in, "dh_pre")), dh_post(dep(in, "dh_post")), dh_res(dep(in, "dh_res")),
         h_pre(dep(in, "h_pre")), h_post(dep(in, "h_post")), h_mix(dep(in, "h_mix")), inv_rms(dep(in, "inv_rms")),
-        alpha(all_as<R>(dep(in, "alpha"))), bias(all_as<R>(dep(in, "bias"))) {}
+        alpha(all_as<R>(dep(in, "alpha"))), bias(all_as<R>(dep(in, "bias"))), tails(!a.plain) {}
   void operator()(int64_t t, R* g) const {  // g is [N]
     const int64_t n = p.n, N = p.N();
     for (int64_t i = 0; i < n; ++i) {
       R s = h_pre.p[t * n + i] - R(p.hc_eps), r = R(1) - s;  // s and 1 - s
-      if (s < R(kPreLow * p.hc_eps) || r < R(kPreHigh)) {
+      if (tails && (s < R(p.hc_eps / kPreLow) || r < R(kPreHigh))) {
         const R z = gate_z(alpha[0], h_mix.p[t * N + i], inv_rms.p[t], bias[size_t(i)]);
         s = sigmoid(z), r = sigmoid(-z);
       }
@@ -287,15 +290,15 @@ template <class R> void dh_pre(const Problem& p, const TensorMap& in, const Arit
 }
 
 // dh_mix[t,j] = alpha(j) g[t,j] inv_rms[t]
-template <class R> void dh_mix(const Problem& p, const TensorMap& in, Tensor& out) {
+template <class R> void dh_mix(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const int64_t T = p.T(), N = p.N();
-  GateGrads<R> gg(p, in);
+  GateGrads<R> gg(p, in, a);
   As<R> ir(dep(in, "inv_rms"));
-  std::vector<R> a = all_as<R>(dep(in, "alpha")), r(static_cast<size_t>(T * N));
+  std::vector<R> r(static_cast<size_t>(T * N));
   for (int64_t t = 0; t < T; ++t) {
     R* g = &r[size_t(t * N)];
     gg(t, g);
-    for (int64_t j = 0; j < N; ++j) g[j] = gg.alpha_of(a, j) * g[j] * ir.p[t];
+    for (int64_t j = 0; j < N; ++j) g[j] = gg.alpha_of(gg.alpha, j) * g[j] * ir.p[t];
   }
   store(out, 0, r.data(), T * N);
 }
@@ -303,7 +306,7 @@ template <class R> void dh_mix(const Problem& p, const TensorMap& in, Tensor& ou
 // dinv_rms[t] = sum_j alpha(j) g[t,j] h_mix[t,j]
 template <class R> void dinv_rms(const Problem& p, const TensorMap& in, const Arith& a, Tensor& out) {
   const int64_t T = p.T(), N = p.N();
-  GateGrads<R> gg(p, in);
+  GateGrads<R> gg(p, in, a);
   As<R> hm(dep(in, "h_mix"));
   std::vector<R> al = all_as<R>(dep(in, "alpha")), g(static_cast<size_t>(N)), r(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
@@ -447,9 +450,9 @@ template <class R> void add_over_tokens(const std::vector<R>& per, int64_t T, in
 }
 
 // dalpha's per-token terms [T,3]: [g_pre·t_pre, g_post·t_post, g_res·t_res], t = h_mix·inv_rms
-template <class R> std::vector<R> dalpha_terms(const Problem& p, const TensorMap& in) {
+template <class R> std::vector<R> dalpha_terms(const Problem& p, const TensorMap& in, const Arith& a) {
   const int64_t T = p.T(), N = p.N(), n = p.n;
-  GateGrads<R> gg(p, in);
+  GateGrads<R> gg(p, in, a);
   As<R> hm(dep(in, "h_mix")), ir(dep(in, "inv_rms"));
   std::vector<R> per(static_cast<size_t>(T * 3)), g(static_cast<size_t>(N));
   for (int64_t t = 0; t < T; ++t) {
@@ -462,18 +465,18 @@ template <class R> std::vector<R> dalpha_terms(const Problem& p, const TensorMap
 }
 
 // dbias's per-token terms [T,N]: g
-template <class R> std::vector<R> dbias_terms(const Problem& p, const TensorMap& in) {
+template <class R> std::vector<R> dbias_terms(const Problem& p, const TensorMap& in, const Arith& a) {
   const int64_t T = p.T(), N = p.N();
-  GateGrads<R> gg(p, in);
+  GateGrads<R> gg(p, in, a);
   std::vector<R> per(static_cast<size_t>(T * N));
   for (int64_t t = 0; t < T; ++t) gg(t, &per[size_t(t * N)]);
   return per;
 }
 
 // [T,M] per-token terms of dalpha (M = 3) or dbias (M = N)
-template <class R> std::vector<R> token_terms(const std::string& s, const Problem& p, const TensorMap& in) {
-  if (s == "dalpha") return dalpha_terms<R>(p, in);
-  if (s == "dbias") return dbias_terms<R>(p, in);
+template <class R> std::vector<R> token_terms(const std::string& s, const Problem& p, const TensorMap& in, const Arith& a) {
+  if (s == "dalpha") return dalpha_terms<R>(p, in, a);
+  if (s == "dbias") return dbias_terms<R>(p, in, a);
   MHC_CHECK(false, "no per-token terms for stage ", s);
   return {};
 }
@@ -482,7 +485,7 @@ template <class R> void sum_add(const std::string& s, const Problem& p, const Te
   if (s == "dphi") return dphi_add<R>(p, in, a, acc);
   if (s == "dgamma") return dgamma_add<R>(p, in, a, acc);
   MHC_CHECK(has_token_terms(s), "no sum over tokens for stage ", s);
-  add_over_tokens(token_terms<R>(s, p, in), p.T(), s == "dalpha" ? 3 : p.N(), a, acc);  // [T,M] terms
+  add_over_tokens(token_terms<R>(s, p, in, a), p.T(), s == "dalpha" ? 3 : p.N(), a, acc);  // [T,M] terms
 }
 
 // The stage from its accumulated sum: dphi takes gamma here, the others are the sum itself.
@@ -503,7 +506,7 @@ template <class R> void compute(const std::string& s, const Problem& p, const Te
   if (s == "h_pre" || s == "h_post" || s == "h_res") return gate<R>(stage(s).name, p, in, out);
   if (s == "h_in") return h_in<R>(p, in, a, out);
   if (s == "dh_pre") return dh_pre<R>(p, in, a, out);
-  if (s == "dh_mix") return dh_mix<R>(p, in, out);
+  if (s == "dh_mix") return dh_mix<R>(p, in, a, out);
   if (s == "dinv_rms") return dinv_rms<R>(p, in, a, out);
   if (s == "dvecX") return dvecX<R>(p, in, a, out);
   if (s == "dx") return dx<R>(p, in, out);
@@ -535,8 +538,8 @@ Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in,
 bool has_token_terms(const std::string& name) { return name == "dalpha" || name == "dbias"; }
 
 std::vector<double> cpu_token_terms(const std::string& name, const Problem& p, const TensorMap& in, Arith a) {
-  if (a.prec == Precision::fp64) return token_terms<double>(name, p, in);
-  std::vector<float> f = token_terms<float>(name, p, in);
+  if (a.prec == Precision::fp64) return token_terms<double>(name, p, in, a);
+  std::vector<float> f = token_terms<float>(name, p, in, a);
   return std::vector<double>(f.begin(), f.end());
 }
 

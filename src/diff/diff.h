@@ -60,6 +60,7 @@ struct Rounding {
   int64_t differ = 0;       // elements where A is not the correctly rounded value
   int64_t unexplained = 0;  // ... of them, where the arithmetic's own error cannot explain it
   int64_t ties = 0, ties_not_even = 0;  // exact ties of the fp32 value, and those not rounded to even
+  int64_t off_fp32 = 0;     // elements off a tie where A is not the fp32 value rounded to nearest even
   double bias_ulp = 0;      // mean of (A - rounded)/ulp over all elements, positive = away from zero
   std::string reason;       // empty when rounding is consistent with fp32-then-RNE
   // what the reason is made of: unexplained flips toward and away from zero, the farthest

@@ -100,7 +100,7 @@ std::string stage_json(const StageReport& s) {
   }
   if (s.rounding.checked)
     out += cat(", \"rounding\": {\"differ\": ", s.rounding.differ, ", \"unexplained\": ", s.rounding.unexplained,
-               ", \"ties\": ", s.rounding.ties, ", \"ties_not_even\": ", s.rounding.ties_not_even,
+               ", \"ties\": ", s.rounding.ties, ", \"ties_not_even\": ", s.rounding.ties_not_even, ", \"off_fp32\": ", s.rounding.off_fp32,
                ", \"bias_ulp\": ", num(s.rounding.bias_ulp), ", \"reason\": ",
                s.rounding.reason.empty() ? "null" : json_string(s.rounding.reason), "}");
   if (!s.where.empty())

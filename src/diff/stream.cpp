@@ -293,6 +293,7 @@ void merge(Merged& m, StageReport&& b, const Problem& p, int64_t t0, const Case&
   Rounding &x = r.rounding, &y = b.rounding;
   if (x.checked && y.checked) {
     x.differ += y.differ, x.unexplained += y.unexplained, x.ties += y.ties, x.ties_not_even += y.ties_not_even;
+    x.off_fp32 += y.off_fp32;
     x.toward += y.toward, x.away += y.away, x.elements += y.elements, x.bias_sum += y.bias_sum;
     x.widest = std::max(x.widest, y.widest);
   }

@@ -49,7 +49,6 @@ BUGS = {
     "late_tokens": "tokens >= 256: the sigmoid argument of h_pre is 1e-3 too large (relative)",
     "dh_res_T": "dh_mix is formed from dh_res transposed in each token's n x n block",
     "trunc_h_in": "h_in rounded to bf16 by truncation",
-    "halfup_h_in": "h_in rounded to bf16 half away from zero",
     "double_h_in": "h_in rounded to TF32 (RNE) first, then to bf16 (RNE)",
     "dphi_half": "dphi summed over the first half of the tokens only",
     "dx_no_hpre": "dx misses the h_pre[i] dh_in[d] term",
@@ -76,10 +75,6 @@ def bf16_rne(t):
 
 def bf16_trunc(t):
     return from_bits(bits(t) & -0x10000)
-
-
-def bf16_halfup(t):  # add half an ulp to the magnitude, then truncate: ties away from zero
-    return from_bits((bits(t) + 0x8000) & -0x10000)
 
 
 def tf32_trunc(t):  # keep 10 mantissa bits
@@ -204,8 +199,6 @@ def forward(inp, order, gemm, bug):
 def round_h_in(h, bug):  # h: [T,D] float32 -> bf16 values
     if bug == "trunc_h_in":
         return bf16_trunc(h)
-    if bug == "halfup_h_in":
-        return bf16_halfup(h)
     if bug == "double_h_in":
         return bf16_rne(tf32_rne(h))
     return bf16_rne(h)
