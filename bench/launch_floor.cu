@@ -2,6 +2,8 @@
 // (L2 flushed by a memset, CUDA events around the launches): what the 15 µs small-T targets of
 // issue 10 leave for the work itself. Each kernel does nothing but, where asked, read `bytes` of
 // a buffer once (a grid-stride sum, written so it is not optimised away) and meet a block barrier.
+// Last, a pair whose second kernel takes 104 KB of dynamic shared memory (dx_param's at n = 4),
+// after one without (token_grads) or with it, and with the first preferring the largest carve-out.
 // Standalone, for the GPU machine:
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Isrc/cuda -Isrc/common bench/launch_floor.cu -o /tmp/launch_floor && /tmp/launch_floor
 #include <cuda_runtime.h>
@@ -16,7 +18,7 @@
 using namespace mhc::cuda;
 
 // Reads n floats of `in` (grid-stride, 16-byte loads), one block barrier, one store a block.
-__global__ void step(const float4* in, int64_t n4, float* out) {
+__device__ void body(const float4* in, int64_t n4, float* out) {
   wait_prior_grid();
   float s = 0.0f;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
@@ -32,6 +34,14 @@ __global__ void step(const float4* in, int64_t n4, float* out) {
     out[blockIdx.x] = s;
   }
 }
+
+// The same with `smem` bytes of dynamic shared memory, touched so that it is really used.
+__global__ void step_smem(const float4* in, int64_t n4, float* out) {
+  extern __shared__ float dyn[];
+  dyn[threadIdx.x] = float(threadIdx.x);
+  body(in, n4, out);
+}
+__global__ void step(const float4* in, int64_t n4, float* out) { body(in, n4, out); }
 
 int main() {
   int l2 = 0;
@@ -72,5 +82,34 @@ int main() {
           std::printf("%-8d %-7d %-10lld %-9s %.2f\n", kernels, blocks, (long long)bytes, dependent ? "yes" : "no",
                       1000.0 * ms[ms.size() / 2]);
         }
+  // A kernel with 104 KB of dynamic shared memory (dx_param's at n = 4) after one with none
+  // (token_grads): does the SMs' shared-memory carve-out change between them cost time?
+  const int big = 104 * 1024;
+  CUDA_CHECK(cudaFuncSetAttribute(step_smem, cudaFuncAttributeMaxDynamicSharedMemorySize, big));
+  std::printf("\nsecond kernel with 104 KB of dynamic shared memory, 132 blocks, 4 MB each, PDL\n");
+  for (int carveout : {-1, 100}) {  // -1: the first kernel as it is; 100: it prefers the largest carve-out
+    CUDA_CHECK(cudaFuncSetAttribute(step, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
+    for (bool first_smem : {false, true}) {
+      std::vector<float> ms;
+      for (int i = 0; i < 55; ++i) {
+        CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, 4 * size_t(l2)));
+        CUDA_CHECK(cudaEventRecord(start));
+        const float4* src = reinterpret_cast<const float4*>(in);
+        if (first_smem)
+          launch_after(false, step_smem, dim3(132), dim3(256), big, nullptr, src, int64_t(4 << 20) / 16, out);
+        else
+          launch_after(false, step, dim3(132), dim3(256), 0, nullptr, src, int64_t(4 << 20) / 16, out);
+        launch_after(true, step_smem, dim3(132), dim3(256), big, nullptr, src, int64_t(4 << 20) / 16, out);
+        CUDA_CHECK(cudaEventRecord(stop));
+        CUDA_CHECK(cudaEventSynchronize(stop));
+        float t = 0;
+        CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+        if (i >= 5) ms.push_back(t);
+      }
+      std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+      std::printf("first kernel %-22s carve-out %-8s %.2f µs\n", first_smem ? "also 104 KB" : "without shared memory",
+                  carveout < 0 ? "default" : "max", 1000.0 * ms[ms.size() / 2]);
+    }
+  }
   return 0;
 }
