@@ -4,7 +4,7 @@
 // a buffer once (a grid-stride sum, written so it is not optimised away) and meet a block barrier.
 // Last, a pair whose second kernel takes 104 KB of dynamic shared memory (dx_param's at n = 4),
 // after one without (token_grads) or with it, and with the first preferring the largest carve-out.
-// Standalone, for the GPU machine:
+// On the GPU machine (also the launch_floor target of a CUDA build):
 //   nvcc -O3 -std=c++17 -arch=sm_90 -Isrc/cuda -Isrc/common bench/launch_floor.cu -o /tmp/launch_floor && /tmp/launch_floor
 #include <cuda_runtime.h>
 
