@@ -56,6 +56,23 @@ int main() {
   cudaEvent_t start, stop;
   CUDA_CHECK(cudaEventCreate(&start));
   CUDA_CHECK(cudaEventCreate(&stop));
+  // Median µs of 50 timed calls of launch() (after 5), L2 flushed before each.
+  auto median_us = [&](auto&& launch) {
+    std::vector<float> ms;
+    for (int i = 0; i < 55; ++i) {
+      CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, 4 * size_t(l2)));
+      CUDA_CHECK(cudaEventRecord(start));
+      launch();
+      CUDA_CHECK(cudaEventRecord(stop));
+      CUDA_CHECK(cudaEventSynchronize(stop));
+      float t = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
+      if (i >= 5) ms.push_back(t);
+    }
+    std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+    return 1000.0 * ms[ms.size() / 2];
+  };
+  const float4* src = reinterpret_cast<const float4*>(in);
   cudaDeviceProp prop{};
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("%s: median µs of 50 (after 5), L2 flushed before each; kernels of 256 threads\n", prop.name);
@@ -65,22 +82,11 @@ int main() {
       for (int64_t bytes : {int64_t(0), int64_t(4) << 20, int64_t(16) << 20})
         for (bool dependent : {false, true}) {
           if (kernels == 1 && dependent) continue;
-          std::vector<float> ms;
-          for (int i = 0; i < 55; ++i) {
-            CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, 4 * size_t(l2)));
-            CUDA_CHECK(cudaEventRecord(start));
+          const double us = median_us([&] {
             for (int k = 0; k < kernels; ++k)
-              launch_after(dependent && k > 0, step, dim3(blocks), dim3(256), 0, nullptr,
-                           reinterpret_cast<const float4*>(in), bytes / 16, out);
-            CUDA_CHECK(cudaEventRecord(stop));
-            CUDA_CHECK(cudaEventSynchronize(stop));
-            float t = 0;
-            CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-            if (i >= 5) ms.push_back(t);
-          }
-          std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
-          std::printf("%-8d %-7d %-10lld %-9s %.2f\n", kernels, blocks, (long long)bytes, dependent ? "yes" : "no",
-                      1000.0 * ms[ms.size() / 2]);
+              launch_after(dependent && k > 0, step, dim3(blocks), dim3(256), 0, nullptr, src, bytes / 16, out);
+          });
+          std::printf("%-8d %-7d %-10lld %-9s %.2f\n", kernels, blocks, (long long)bytes, dependent ? "yes" : "no", us);
         }
   // A kernel with 104 KB of dynamic shared memory (dx_param's at n = 4) after one with none
   // (token_grads): does the SMs' shared-memory carve-out change between them cost time?
@@ -90,25 +96,16 @@ int main() {
   for (int carveout : {-1, 100}) {  // -1: the first kernel as it is; 100: it prefers the largest carve-out
     CUDA_CHECK(cudaFuncSetAttribute(step, cudaFuncAttributePreferredSharedMemoryCarveout, carveout));
     for (bool first_smem : {false, true}) {
-      std::vector<float> ms;
-      for (int i = 0; i < 55; ++i) {
-        CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, 4 * size_t(l2)));
-        CUDA_CHECK(cudaEventRecord(start));
-        const float4* src = reinterpret_cast<const float4*>(in);
+      const int64_t n4 = int64_t(4 << 20) / 16;
+      const double us = median_us([&] {
         if (first_smem)
-          launch_after(false, step_smem, dim3(132), dim3(256), big, nullptr, src, int64_t(4 << 20) / 16, out);
+          launch_after(false, step_smem, dim3(132), dim3(256), big, nullptr, src, n4, out);
         else
-          launch_after(false, step, dim3(132), dim3(256), 0, nullptr, src, int64_t(4 << 20) / 16, out);
-        launch_after(true, step_smem, dim3(132), dim3(256), big, nullptr, src, int64_t(4 << 20) / 16, out);
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        if (i >= 5) ms.push_back(t);
-      }
-      std::nth_element(ms.begin(), ms.begin() + ms.size() / 2, ms.end());
+          launch_after(false, step, dim3(132), dim3(256), 0, nullptr, src, n4, out);
+        launch_after(true, step_smem, dim3(132), dim3(256), big, nullptr, src, n4, out);
+      });
       std::printf("first kernel %-22s carve-out %-8s %.2f µs\n", first_smem ? "also 104 KB" : "without shared memory",
-                  carveout < 0 ? "default" : "max", 1000.0 * ms[ms.size() / 2]);
+                  carveout < 0 ? "default" : "max", us);
     }
   }
   return 0;
