@@ -54,7 +54,7 @@ TEST_CASE("mhc check cuda: within budget of the fp64 oracle and repeatable over 
 }
 
 TEST_CASE("cuda is bitwise deterministic from run to run") {
-  for (const char* shape : {"4096,4,2560", "333,8,77", "300,4,4096"}) {  // 300: fused_final's tickets
+  for (const char* shape : {"4096,4,2560", "333,8,77"}) {
     INFO("shape ", shape);
     Case in = generate_case(parse_shape(shape), 5, true);
     Case a = on_cuda(in), b = on_cuda(in);

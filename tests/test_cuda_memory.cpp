@@ -27,7 +27,6 @@ double by_hand(const Problem& p, bool backward, bool dvecX, const CudaGeometry& 
   b += 2 * T * D + 4 * T * n + 4 * T * n * n + 4 * N * K + 4 * K;   // dh_in dh_post dh_res phi gamma
   b += 4 * T * (n + N + 1) + 2 * T * K + (dvecX ? 4 * T * K : 0);   // dh_pre dh_mix dinv_rms, dx, dvecX
   b += 4 * T * N + 4 * T * 3 + 4 * double(g.splits) * N * K;         // g_tok, a_tok, partial
-  b += 4 * double(g.column_tiles);                                   // tickets
   b += 4 * N * K + 4 * 3 + 4 * N + 4 * K;                            // dphi dalpha dbias dgamma
   return b;
 }
@@ -55,7 +54,7 @@ TEST_SUITE("cuda_memory") {
     for (const char* shape : {"1,1,1", "64,4,96", "2,32,4,256", "4096,8,4096", "333,3,77"}) {
       Problem p = parse_shape(shape);
       CudaGeometry g;
-      g.fwd_scratch_floats = 12345, g.splits = 7, g.column_tiles = 3;
+      g.fwd_scratch_floats = 12345, g.splits = 7;
       for (bool backward : {false, true})
         for (bool dvecX : {false, true}) {
           CAPTURE(shape);
@@ -67,15 +66,15 @@ TEST_SUITE("cuda_memory") {
     // T = 2, n = 1, D = 3 (K = 3, N = 3), item by item. Forward: x 12, alpha 12, bias 12, pg 36,
     // inv_rms 8, h_mix 24, h_pre 8, h_post 8, h_res 8, h_in 12, scratch 5 floats 20: 160.
     // Backward: dh_in 12, dh_post 8, dh_res 8, phi 36, gamma 12, dh_pre 8, dh_mix 24, dinv_rms 8,
-    // dx 12, g_tok 24, a_tok 24, partial 2 splits 72, tickets 1 tile 4, dphi 36, dalpha 12, dbias 12,
-    // dgamma 12: 324; dvecX 24.
+    // dx 12, g_tok 24, a_tok 24, partial 2 splits 72, dphi 36, dalpha 12, dbias 12, dgamma 12: 320;
+    // dvecX 24.
     CudaGeometry g;
-    g.fwd_scratch_floats = 5, g.splits = 2, g.column_tiles = 1;
+    g.fwd_scratch_floats = 5, g.splits = 2;
     Problem p = parse_shape("2,1,3");
     CHECK(cuda_case_bytes(p, false, false, g) == 160);
     CHECK(cuda_case_bytes(p, false, true, g) == 160);
-    CHECK(cuda_case_bytes(p, true, false, g) == 160 + 324);
-    CHECK(cuda_case_bytes(p, true, true, g) == 160 + 324 + 24);
+    CHECK(cuda_case_bytes(p, true, false, g) == 160 + 320);
+    CHECK(cuda_case_bytes(p, true, true, g) == 160 + 320 + 24);
   }
 
   TEST_CASE("shapes beyond the kernels' 32-bit indices are refused, by a line that says why") {

@@ -1,16 +1,14 @@
-// backward.cu — the backward in three kernels (two where dx_param does param_final's work:
-// fused_final), no floating-point atomics, every sum in a fixed order:
+// backward.cu — the backward in three kernels (two with one token split: fewer than 256 tokens,
+// or K above 131072), no atomics, every sum in a fixed order:
 //   token_grads   one block per token: dh_pre, the gate gradients, dh_mix, dinv_rms,
 //                 and the per-token terms of dalpha and dbias
 //   dx_param      a block per (K tile, token split): dvecX = dh_mix·phi and dx, and
 //                 P = sum_t dh_mix^T x over the split, both on tensor cores, in one read of x;
-//                 with fused_final also param_final's work (the last block of each tile
-//                 to finish, by an integer ticket), and dalpha and dbias in 3 + N more blocks
+//                 with one split also param_final's work, in 3 + N more blocks
 //   param_final   per column k: P summed over splits in order; dphi = P*gamma,
 //                 dgamma = sum_j phi[j,k] P[j,k] (= sum_t x * dvecX); and in 3 + N more
 //                 blocks dalpha and dbias, the per-token terms summed by a fixed tree
 #include <algorithm>
-#include <cstdlib>
 
 #include "bf16_split.cuh"
 #include "cuda_check.h"
@@ -64,49 +62,6 @@ template <int N, class F> __device__ __forceinline__ void column_params(const Bw
     dg = fmaf(p.phi[int64_t(j) * K + k], s, dg);
   }
   p.dgamma[k] = dg;
-}
-
-// P[j,k] of column k summed over the splits in split order, kQ splits' loads in flight at once.
-// The loads bypass L1: dx_param's last block of a tile reads partials other blocks wrote.
-template <int N, int kQ> __device__ __forceinline__ void split_sums(const BwdParams& p, int K, int k, float (&s)[N]) {
-#pragma unroll
-  for (int j = 0; j < N; ++j) s[j] = 0.0f;
-  for (int q = 0; q < p.splits; q += kQ) {
-    float v[kQ][N];
-#pragma unroll
-    for (int u = 0; u < kQ; ++u)
-#pragma unroll
-      for (int j = 0; j < N; ++j) v[u][j] = q + u < p.splits ? __ldcg(p.partial + (int64_t(q + u) * N + j) * K + k) : 0.0f;
-#pragma unroll
-    for (int u = 0; u < kQ; ++u)
-#pragma unroll
-      for (int j = 0; j < N; ++j)
-        if (q + u < p.splits) s[j] += v[u][j];
-  }
-}
-
-// Whether dx_param does param_final's work (no param_final launch): with one split, or up to
-// kFuseSplits where n <= 4 (the last block of a tile to finish sums the splits; beyond n = 4
-// its N sums would not fit beside dx_param's registers).
-constexpr int kFuseSplits = 8;
-template <int n> __host__ __device__ constexpr bool fused_final(int splits) {
-  return splits == 1 || (n <= 4 && splits <= kFuseSplits);
-}
-
-// Whether this block is the last of its column tile's p.splits blocks to get here: it takes the
-// tile's ticket p.splits - 1 and sets the ticket back to zero for the next launch. The block's
-// stores before the call are fenced before its ticket, so the last block sees every block's;
-// it must read them past L1 (split_sums).
-__device__ bool last_of_tile(const BwdParams& p, int tile) {
-  __shared__ bool last;
-  __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(&p.tickets[tile], 1) == p.splits - 1;
-    if (last) p.tickets[tile] = 0;
-  }
-  __syncthreads();
-  return last;
 }
 
 // One block's share of dalpha (c < 3) or dbias (c - 3): column c of a_tok or g_tok summed over
@@ -293,9 +248,7 @@ template <int m> __device__ __forceinline__ void copy_wait() { asm volatile("cp.
 //           to the split's sum in order.
 // With one split (p.splits == 1) the block also writes dphi and dgamma of its columns (P through
 // shared memory, a column per thread, as param_final would from one split: the same bits), and
-// the 3 + N blocks after the column tiles compute dalpha and dbias: no param_final launch. With
-// more splits and fused_final, the same, but dphi and dgamma come from the last block of the
-// tile to finish, which sums the splits' partials in split order (param_final's bits).
+// the 3 + N blocks after the column tiles compute dalpha and dbias: no param_final launch.
 // Two blocks per SM up to n = 4 (128 registers); dvecX on CUDA cores took 47% of the kernel's
 // instructions (s5-6).
 template <int n, int kRing>
@@ -312,8 +265,7 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
   __shared__ float hp[kChunk][n];
   const int K = n * p.D, D = p.D, lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, w = threadIdx.x / 32;
   const int ctiles = int(ceil_div(K, kColTile));
-  if (int(blockIdx.x) >= ctiles) {  // fused_final: dalpha and dbias in split 0's row (the other rows' return)
-    if (blockIdx.y > 0) return;
+  if (int(blockIdx.x) >= ctiles) {  // one split: dalpha and dbias
     wait_prior_grid();  // token_grads' a_tok and g_tok
     token_param<n>(p, int(blockIdx.x) - ctiles);
     return;
@@ -682,18 +634,11 @@ __global__ void __launch_bounds__(kThreads, n <= 4 ? 2 : 1) dx_param(BwdParams p
         else if (kbase + c < K)
           p.partial[(int64_t(blockIdx.y) * N + j) * K + kbase + c] = acc[mt][nj][i];
       }
-  const int k = kbase + int(threadIdx.x);
   if (p.splits == 1) {
     __syncthreads();
+    const int k = kbase + int(threadIdx.x);
     if (k < K) column_params<N>(p, K, k, [&](int j) { return 0.0f + ps[j * kColTile + threadIdx.x]; });
-    return;
   }
-  if constexpr (fused_final<n>(2))  // n <= 4 (beyond, the code alone would cost dx_param registers)
-    if (fused_final<n>(p.splits) && last_of_tile(p, blockIdx.x) && k < K) {
-      float sum[N];
-      split_sums<N, 1>(p, K, k, sum);
-      column_params<N>(p, K, k, [&](int j) { return sum[j]; });
-    }
 }
 
 // param_final's columns where n = 5..7: a thread a column holds too few registers for a split's
@@ -765,11 +710,26 @@ __global__ void __launch_bounds__(kThreads) param_final(BwdParams p, int ktiles)
   }
   const int k = blockIdx.x * kThreads + threadIdx.x;
   if (k >= K) return;
-  // kQ splits' loads in flight at once (one split's were one DRAM round trip each: 825 µs for
-  // 507 splits at 65000,4,16, s8-2). Only up to n = 4: beyond, the registers (245 at n = 5 with
-  // two splits) leave one block per SM (not measured).
+  const float* __restrict__ partial = p.partial;
   float s[N];
-  split_sums<N, N <= 24 ? 4 : 1>(p, K, k, s);
+#pragma unroll
+  for (int j = 0; j < N; ++j) s[j] = 0.0f;
+  // kQ splits' loads in flight at once (one split's were one DRAM round trip each: 825 µs for
+  // 507 splits at 65000,4,16, s8-2), then added in split order. Only up to n = 4: beyond, the
+  // registers (245 at n = 5 with two splits) leave one block per SM (not measured).
+  constexpr int kQ = N <= 24 ? 4 : 1;
+  for (int q = 0; q < p.splits; q += kQ) {
+    float v[kQ][N];
+#pragma unroll
+    for (int u = 0; u < kQ; ++u)
+#pragma unroll
+      for (int j = 0; j < N; ++j) v[u][j] = q + u < p.splits ? partial[(int64_t(q + u) * N + j) * K + k] : 0.0f;
+#pragma unroll
+    for (int u = 0; u < kQ; ++u)
+#pragma unroll
+      for (int j = 0; j < N; ++j)
+        if (q + u < p.splits) s[j] += v[u][j];
+  }
   column_params<N>(p, K, k, [&](int j) { return s[j]; });
 }
 
@@ -820,10 +780,6 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
     launch_after(n > 4 || p.T <= 2 * kChunk, dx_kernel, ctiles + 3 + N, kThreads, smem, s, p);
     return;
   }
-  if (fused_final<n>(p.splits)) {  // the splits' sums in each tile's last block; dalpha and dbias after the tiles
-    launch_after(true, dx_kernel, dim3(ctiles + 3 + N, unsigned(p.splits)), kThreads, smem, s, p);
-    return;
-  }
   launch_after(true, dx_kernel, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
   const unsigned ptiles = kByColumns<N> ? unsigned(ceil_div(K, kParamCols)) : ktiles;  // param_final's column blocks
   launch_after(true, param_final<n>, ptiles + 3 + N, kThreads, 0, s, p, int(ptiles));
@@ -831,16 +787,10 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
 
 }  // namespace
 
-int64_t column_tiles(int64_t K) { return ceil_div(K, kColTile); }
-
 int token_splits(int64_t T, int64_t K) {
   int64_t ktiles = ceil_div(K, kColTile);
   int64_t want = std::max<int64_t>(1, 1024 / ktiles);  // about 1024 blocks in all
-  // splits of kSplitTok tokens at least; two of half that at T = 128..255, where one split's
-  // ctiles blocks would leave SMs idle and its final sums cost no param_final launch (fused_final)
-  int64_t most = T >= 2 * kSplitTok ? T / kSplitTok : T >= kSplitTok ? 2 : 1;
-  if (const char* r = std::getenv("MHC_SPLIT_RULE"))  // A/B of session 18 only: 0 old rule, 2 kSplitTok 64
-    most = *r == '0' ? std::max<int64_t>(1, T / kSplitTok) : *r == '2' ? std::max<int64_t>(1, T / 64) : most;
+  int64_t most = std::max<int64_t>(1, T / kSplitTok);
   return int(std::min({want, most, kMaxSplits}));
 }
 

@@ -89,7 +89,6 @@ struct DeviceCase {
   size_t free_bytes = 0, total_bytes = 0, allocated = 0;
   std::map<std::string, StageArray> stages;                   // every stage on the device, by name
   DeviceArray<float> pg, fwd_scratch, g_tok, a_tok, partial;  // buffers that are no stage (cuda_scratch)
-  DeviceArray<int> tickets;                                   // dx_param's, by column tile
   cuda::FwdParams fwd{};
   cuda::BwdParams bwd{};
 
@@ -99,7 +98,7 @@ struct DeviceCase {
     if (std::string why = cuda_unsupported(prob); !why.empty()) fail(why);
     CudaGeometry geo;
     geo.fwd_scratch_floats = cuda::forward_scratch_floats(prob.T(), int(prob.n), int(prob.D));
-    if (backward) geo.splits = cuda::token_splits(prob.T(), prob.K()), geo.column_tiles = cuda::column_tiles(prob.K());
+    if (backward) geo.splits = cuda::token_splits(prob.T(), prob.K());
     need = cuda_case_bytes(prob, backward, keep_dvecX, geo);
     CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
     if (need > double(free_bytes)) fail("cuda: ", memory_need());
@@ -124,8 +123,6 @@ struct DeviceCase {
     if (backward) {
       g_tok = alloc<float>("g_tok", sc.g_tok), a_tok = alloc<float>("a_tok", sc.a_tok);
       partial = alloc<float>("partial", sc.partial);
-      tickets = alloc<int>("tickets", sc.tickets);
-      CUDA_CHECK(cudaMemset(tickets.p, 0, tickets.n * sizeof(int)));  // the kernels leave them zero again
     }
     MHC_CHECK(double(allocated) == need, "allocated ", allocated, " bytes, cuda_case_bytes counts ", need);
 
@@ -140,7 +137,7 @@ struct DeviceCase {
     bwd.inv_rms = at("inv_rms"), bwd.h_mix = at("h_mix"), bwd.h_pre = at("h_pre"), bwd.h_post = at("h_post");
     bwd.dh_pre = at("dh_pre"), bwd.dh_mix = at("dh_mix"), bwd.dinv_rms = at("dinv_rms");
     bwd.dvecX = keep_dvecX ? static_cast<float*>(at("dvecX")) : nullptr;
-    bwd.dx = at("dx"), bwd.g_tok = g_tok.p, bwd.a_tok = a_tok.p, bwd.partial = partial.p, bwd.tickets = tickets.p;
+    bwd.dx = at("dx"), bwd.g_tok = g_tok.p, bwd.a_tok = a_tok.p, bwd.partial = partial.p;
     bwd.dphi = at("dphi"), bwd.dalpha = at("dalpha"), bwd.dbias = at("dbias"), bwd.dgamma = at("dgamma");
     bwd.T = prob.T(), bwd.n = int(prob.n), bwd.D = int(prob.D), bwd.splits = int(geo.splits);
     bwd.hc_eps = float(prob.hc_eps), bwd.pre_low = float(prob.hc_eps / kPreLow), bwd.pre_high = float(kPreHigh);

@@ -48,11 +48,10 @@ inline std::string cuda_unsupported(const Problem& p) {
 // ---- The device memory of a case.
 
 // Sizes the kernels choose for a shape: cuda::forward_scratch_floats and, with backward,
-// cuda::token_splits and cuda::column_tiles.
+// cuda::token_splits.
 struct CudaGeometry {
   int64_t fwd_scratch_floats = 0;
   int64_t splits = 0;
-  int64_t column_tiles = 0;
 };
 
 // Whether a stage of group g lists `name` among what it reads.
@@ -98,8 +97,7 @@ struct CudaScratch {
   double g_tok = 0;        // backward: [T,N] per-token gate gradients
   double a_tok = 0;        // backward: [T,3] per-token dalpha terms
   double partial = 0;      // backward: [splits,N,K] partial sums over token splits
-  double tickets = 0;      // backward: [column_tiles] int32 counts of splits done, 4 bytes as a float
-  double total() const { return pg + fwd + g_tok + a_tok + partial + tickets; }
+  double total() const { return pg + fwd + g_tok + a_tok + partial; }
 };
 
 inline CudaScratch cuda_scratch(const Problem& p, bool backward, const CudaGeometry& g) {
@@ -107,8 +105,7 @@ inline CudaScratch cuda_scratch(const Problem& p, bool backward, const CudaGeome
   CudaScratch s;
   s.pg = N * K;
   s.fwd = double(g.fwd_scratch_floats);
-  if (backward)
-    s.g_tok = T * N, s.a_tok = T * 3, s.partial = double(g.splits) * N * K, s.tickets = double(g.column_tiles);
+  if (backward) s.g_tok = T * N, s.a_tok = T * 3, s.partial = double(g.splits) * N * K;
   return s;
 }
 

@@ -52,7 +52,6 @@ struct BwdParams {
   float* g_tok;                // [T,N]  per-token gate gradients (dbias terms)
   float* a_tok;                // [T,3]  per-token dalpha terms
   float* partial;              // [splits,N,K] partial sums over token splits (unused with one split)
-  int* tickets;                // [column_tiles(K)] splits of a tile done, zero between launches
   float* dphi;                 // [N,K]
   float* dalpha;               // [3]
   float* dbias;                // [N]
@@ -69,9 +68,6 @@ int64_t forward_scratch_floats(int64_t T, int n, int D);
 // Number of token splits of the dphi/dgamma reduction: a function of the shape only,
 // so results are the same bits on every device.
 int token_splits(int64_t T, int64_t K);
-
-// Column tiles of the backward's dx_param: the tickets BwdParams needs.
-int64_t column_tiles(int64_t K);
 
 // Kernels are compiled once per n (register arrays need it): calls f(integral_constant<n>).
 template <class F> void dispatch_n(int n, F&& f) {
