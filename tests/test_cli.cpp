@@ -207,6 +207,15 @@ TEST_SUITE("cli") {
         CHECK(!std::filesystem::exists("full_out.h5"));
       }
     }
+    // --dump-diff and --report replaced an existing file without --force (run and gen refuse to)
+    std::ofstream("notes.html") << "mine\n";
+    auto kept = test::sh(test::mhc("diff cpu cpu --shape 8,4,8 --report notes.html"));
+    CHECK(kept.rc == 2);
+    CHECK(kept.err.find("notes.html: exists (use --force to replace it)") != std::string::npos);
+    CHECK(test::sh("cat notes.html").out == "mine\n");
+    CHECK(test::sh(test::mhc("diff cpu cpu --shape 8,4,8 --report notes.html --force")).rc == 0);
+    CHECK(test::sh("head -c 15 notes.html").out == "<!DOCTYPE html>");
+    std::filesystem::remove("notes.html");
     // stderr closed: the warning went to the next file opened, the output's temporary HDF5 file
     {
       Case w = generate_case(parse_shape("8,4,8"), 1, true);
@@ -266,6 +275,7 @@ TEST_SUITE("cli") {
     std::ofstream(b.dir + "/dup.txt") << "dup 8,4,8\ndup 9,4,8\n";
     b.expect_error("check cpu --cases " + b.dir + "/dup.txt --keep " + b.dir + "/kept", {"case dup appears twice"});
     b.expect_error("check 'exec:true {in} {out}' --cases quick --only n1 --vary X=a,b,a", {"appears twice"});
+    b.expect_error("check 'exec:true {in} {out}' --cases quick --vary X=,", {"--vary X=,: no values"});  // it named --only
   }
 
   TEST_CASE("small n*D at fp64: the same bits on 1 and 4 threads and any --chunk") {

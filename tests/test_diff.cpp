@@ -232,6 +232,17 @@ TEST_SUITE("diff") {
     CHECK(r.match());
     CHECK(find(r, "dphi").fixed);
     CHECK(find(r, "dphi").min_atol == doctest::Approx(0).epsilon(1e-9));
+    // NaN against NaN and equal infinities are equal under a fixed tolerance too (rtol·|NaN| failed them)
+    Planted q;
+    q.ref.t["h_mix"].set(3, std::nan("")), q.ref.t["dphi"].set(5, INFINITY);
+    DiffOptions strictly;
+    strictly.fixed = true, strictly.atol = 0, strictly.rtol = 0;
+    CHECK(test::diff(q.ref, q.ref, strictly).match());
+    DiffOptions both;  // --tol h_mix=1,1 --tol dphi=0,0
+    both.per_stage["h_mix"] = {1, 1}, both.per_stage["dphi"] = {0, 0};
+    DiffReport r2 = test::diff(q.ref, q.ref, both);
+    CHECK(find(r2, "h_mix").status == Status::ok);
+    CHECK(find(r2, "dphi").status == Status::ok);
   }
 
   TEST_CASE("command line: exit codes, missing stages, shapes, inputs, JSON contract") {

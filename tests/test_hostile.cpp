@@ -123,6 +123,10 @@ TEST_SUITE("hostile") {
       CHECK(r.err.find("is not a dataset") != std::string::npos);
       REQUIRE(test::sh(test::mhc("run -q --force " + h.in + " " + dump)).rc == 0);
     }
+    // a dataset where a group belongs: "cannot look up the link (message type not found)"
+    REQUIRE(test::sh(std::string(MHC_PYTHON) + " -c \"import h5py, numpy as np; f = h5py.File('" + dump +
+                     "', 'r+'); del f['forward']; f['forward'] = np.zeros(3); f.close()\"").rc == 0);
+    test::expect_error("diff " + dump + " cpu", {"/forward: expected a group holding", "found a dataset"}, h.dir, h.in, h.out);
   }
 
   TEST_CASE("objects inside more than 256 nested groups are refused at once (HDF5's walk is cubic in the depth: 2000 took 70 s)") {
@@ -227,6 +231,18 @@ TEST_SUITE("hostile") {
     };
     expect_one_line(test::sh("ulimit -f 16; " + test::mhc("run " + h.in + " " + h.out)), "File too large");
     expect_one_line(test::sh("ulimit -f 40; " + test::mhc("gen --shape 64,4,64 " + h.out)), "File too large");
+    // ... and as it is created (ulimit -f 0: libhdf5 creates the file, then cannot write its
+    // superblock): an empty temporary file was left beside the output, one more each retry. The
+    // error goes to a pipe (stdout here), which the limit does not cover.
+    for (const std::string& cmd : {"run " + h.in + " " + h.out, "gen --shape 8,4,8 " + h.out,
+                                   "diff cpu cpu --input " + h.in + " --dump-diff " + h.out}) {
+      auto r = test::sh("(ulimit -f 0; exec " + test::mhc(cmd) + " 2>&1)");
+      CAPTURE(r.out);
+      CHECK(r.rc == 2);
+      CHECK(r.out.find("File too large") != std::string::npos);
+      CHECK(!std::filesystem::exists(h.out));
+    }
+    for (auto& e : std::filesystem::directory_iterator(h.dir)) CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
     // ENOSPC: a 64 KiB tmpfs, where this process may mount one (root, as in CI)
     const std::string small = h.dir + "/small";
     std::filesystem::create_directories(small);
@@ -243,8 +259,38 @@ TEST_SUITE("hostile") {
       CHECK(r.out.empty());
       CHECK(r.err == "mhc: error: " + out + ": cannot write (file write failed: No space left on device)\n");
       CHECK(!std::filesystem::exists(out));
+      // a disk full before the file is created: no empty temporary file left
+      auto full = test::sh("cat /dev/zero > " + small + "/filler 2>/dev/null; " + test::mhc(cmd));
+      CHECK(full.rc == 2);
+      for (auto& e : std::filesystem::directory_iterator(small)) CHECK(e.path().filename().string() == "filler");
     }
     test::sh("umount " + small);
+  }
+
+  TEST_CASE("a temporary file's name past PATH_MAX beside a long directory: one line, status 2 (it was an internal error, status 3)") {
+    Hostile h("long_path");
+    // a directory of exactly `size` bytes, made a level at a time (each absolute path under 4096)
+    auto long_dir = [&](size_t size) {
+      std::string dir = h.dir;
+      while (dir.size() < size) {
+        dir += "/" + std::string(std::min<size_t>(200, size - dir.size() - 1), 'd');
+        std::filesystem::create_directory(dir);
+      }
+      return dir;
+    };
+    // exec's temporary directory (mhc-exec-XXXXXX) fits under TMPDIR, its {in} does not
+    auto r = test::sh("TMPDIR=" + long_dir(4070) + " " + test::mhc("run --backend 'exec:true {in} {out}' " + h.in + " " + h.out));
+    CAPTURE(r.err);
+    CHECK(r.rc == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find("choose a shorter output path") != std::string::npos);
+    // check --keep: the case is noted "not kept", the sweep goes on (it stopped at the first)
+    std::ofstream(h.dir + "/cases.txt") << "c1 8,4,8\nc2 16,4,8\n";
+    auto k = test::sh(test::mhc("check 'exec:false {in} {out}' --cases " + h.dir + "/cases.txt --keep " + long_dir(4082)));
+    INFO(k.out, k.err);
+    CHECK(k.rc == 1);
+    CHECK(k.out.find("2 cases: 0 passed, 2 failed") != std::string::npos);
+    CHECK(k.out.find("not kept") != std::string::npos);
   }
 
 #ifdef __SANITIZE_ADDRESS__
@@ -333,6 +379,25 @@ TEST_SUITE("hostile") {
     h.expect_error("run " + h.in + " " + h.out, {"/inputs/x", "1 finite values overflow bfloat16 when rounded"});
   }
 
+  TEST_CASE("a 4-byte float that is no IEEE float32 is read through float64 (it was read as float32 by its size)") {
+    // phi in a 4-byte float with a 10-bit exponent holding 1e60 was "1536 Inf values"; one with a
+    // 24-bit mantissa passed --strict with its values rounded
+    auto custom = [](const char* fields, int bias, const char* scale) {
+      return std::string("from h5py import h5t, h5s, h5d; v = f['inputs/phi'][()].astype(np.float64) * ") + scale +
+             "; del f['inputs/phi']; t = h5t.IEEE_F32LE.copy(); t.set_fields(" + fields + "); t.set_ebias(" +
+             std::to_string(bias) + "); d = h5d.create(f['inputs'].id, b'phi', t, h5s.create_simple(v.shape)); "
+             "d.write(h5s.ALL, h5s.ALL, np.ascontiguousarray(v), mtype=h5t.NATIVE_DOUBLE)";
+    };
+    Hostile h("float_layouts");
+    h.edit(custom("31, 21, 10, 0, 21", 511, "1e60"));
+    h.expect_error("run " + h.in + " " + h.out, {"/inputs/phi", "finite values overflow float32 when rounded"});
+    auto listed = test::sh(test::mhc("inspect " + h.in));
+    CHECK(listed.out.find("float32-e10m21") != std::string::npos);
+    Hostile m("float_layouts_m24");
+    m.edit(custom("31, 24, 7, 0, 24", 63, "(1 + 2**-24)"));
+    m.expect_error("run --strict " + m.in + " " + m.out, {"/inputs/phi", "not exactly representable in float32"});
+  }
+
   TEST_CASE("x whose fp32 sum of squares overflows: an error naming the token and the cause, not an inv_rms of 0") {
     // 2^70 x is exact in bf16 and every true output fits fp32, but x^2 summed in fp32 is inf and
     // 1/sqrt(inf) = 0, which was written with exit 0 (forward only: no non-finite value follows)
@@ -373,6 +438,12 @@ TEST_SUITE("hostile") {
                    {"/forward/h_mix", "float16", "store float32 or float64"});
     h.expect_error("run --backend " + exec("forward/h_mix 8,24 int32") + " " + h.in + " " + h.out,
                    {"/forward/h_mix", "floating-point"});
+    // NaN written by the command: blamed on it, not on the input ("the operator's outputs fail")
+    const std::string nan = h.script("nan.py", "import sys, h5py, numpy as np\n"
+                                               "with h5py.File(sys.argv[2], 'w') as g:\n"
+                                               "    g['forward/h_mix'] = np.full((8, 24), np.nan, np.float32)\n");
+    h.expect_error("run --backend 'exec:" + std::string(MHC_PYTHON) + " " + nan + " {in} {out}' " + h.in + " " + h.out,
+                   {"the outputs your command wrote fail", "h_mix at token 0"});
     h.expect_error("diff " + exec("forward/inv_rms 1 float32") + " cpu --input " + h.in, {"/forward/inv_rms", "as [1]"});
     // check: that case fails with the error; the sweep goes on
     std::ofstream(h.dir + "/cases.txt") << "c1 8,4,8\nc2 16,4,8\n";

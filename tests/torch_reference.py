@@ -6,8 +6,10 @@ differentiated by autograd in float64, written in mhc's HDF5 schema through h5py
 
 writes OUTDIR/torch_<shape>.h5 for every shape below: /inputs (x and dh_in as float32
 holding bf16 values), /forward and /backward (float64), and OUTDIR/torch_sat_<shape>.h5 with
-saturated pre gates: bias[i] near -25 for even i (sigmoid ~1e-11, far below hc_eps), near +30 for
-odd i (sigmoid 1 - 1e-13: 1 + hc_eps rounds in float32). Nothing here comes from mhc.
+saturated gates: pre bias[i] near -25 for even i (sigmoid ~1e-11, far below hc_eps), near +30 for
+odd i (sigmoid 1 - 1e-13: 1 + hc_eps rounds in float32); post bias[n + i] near +30 for even i and
++38 for odd i (h_post / 2 = 1 - 1e-13 and 1 - 3e-17), near -25 for the last. Nothing here comes
+from mhc.
 """
 import sys
 
@@ -55,7 +57,7 @@ def forward_backward(inp):
     # s ~ 1 (1e-3 relative at z = 30 in float64); the quotient's is exp(-z) / (1 + exp(-z))^2
     h_pre = 1 / (1 + torch.exp(-(alpha[0] * t[..., :n] + bias[:n]))) + HC_EPS
     h_pre.retain_grad()
-    h_post = 2 * torch.sigmoid(alpha[1] * t[..., n:2 * n] + bias[n:2 * n])
+    h_post = 2 / (1 + torch.exp(-(alpha[1] * t[..., n:2 * n] + bias[n:2 * n])))
     h_res = (alpha[2] * t[..., 2 * n:] + bias[2 * n:]).reshape(*tok, n, n)
     h_in = torch.einsum("...i,...id->...d", h_pre, x)
     loss = (h_in * inp["dh_in"]).sum() + (h_post * inp["dh_post"]).sum() + (h_res * inp["dh_res"]).sum()
@@ -93,6 +95,9 @@ def main():
         n = shape[-2]
         r = torch.rand(n, generator=torch.Generator().manual_seed(300 + i), dtype=torch.float64)
         inp["bias"][:n] = torch.where(torch.arange(n) % 2 == 0, -25 - r, 30 + r).float().double()
+        post = torch.where(torch.arange(n) % 2 == 0, 30 + r, 38 + r)
+        post[-1] = -25 - r[-1]
+        inp["bias"][n:2 * n] = post.float().double()
         fwd, bwd = forward_backward(inp)
         write(f"{out}/torch_sat_{'x'.join(map(str, shape))}.h5", inp, fwd, bwd)
     print(f"wrote {len(SHAPES) + len(SATURATED)} autograd references to {out}")

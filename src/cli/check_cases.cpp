@@ -142,6 +142,7 @@ std::vector<CheckCase> vary(const std::vector<CheckCase>& cases, const std::stri
     if (end > at) values.push_back(spec.substr(at, end - at));
     at = end + 1;
   }
+  if (values.empty()) fail("--vary ", spec, ": no values; expected VAR=V1,V2,... (e.g. SPLITS=1,2,4)");
   std::vector<CheckCase> out;
   for (const CheckCase& c : cases)
     for (const std::string& v : values) {

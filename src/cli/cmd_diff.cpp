@@ -107,7 +107,7 @@ void add_diff(CLI::App& app, int& rc) {
     double factor = 2, atol = -1, rtol = -1, timeout = 600;
     uint64_t seed = 0;
     int64_t tile = 64;
-    bool json = false, ignore_inputs = false, strict = false, allow_nonfinite = false;
+    bool json = false, ignore_inputs = false, strict = false, allow_nonfinite = false, force = false;
   };
   auto o = std::make_shared<Opts>();
   CLI::App* sub = app.add_subcommand("diff", "Compare two runs stage by stage; name the first divergent stage");
@@ -132,6 +132,7 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("--tile", o->tile, "tile size the where-summary names")->check(kCount)->capture_default_str();
   sub->add_option("--dump-diff", o->dump, "write A-B, per-element error and mismatch mask of every stage to FILE.h5");
   sub->add_option("--report", o->report, "write a self-contained HTML page: verdict, table, error heatmaps");
+  sub->add_flag("--force", o->force, "replace an existing --dump-diff or --report file");
   sub->add_flag("--ignore-inputs", o->ignore_inputs, "compare files whose /inputs differ (same shapes)");
   sub->add_flag("--strict", o->strict, "inputs that need rounding to their dtype are an error");
   sub->add_flag("--allow-nonfinite", o->allow_nonfinite, "accept NaN/Inf in inputs, and a backend side's outputs that fail (NaN/Inf, or an inv_rms of 0)");
@@ -199,7 +200,7 @@ void add_diff(CLI::App& app, int& rc) {
     for (auto* out : {&o->dump, &o->report})
       for (const std::string& in : {is_backend_spec(o->a) ? std::string() : o->a, is_backend_spec(o->b) ? std::string() : o->b,
                                     o->input, out == &o->report ? o->dump : std::string()})
-        if (!out->empty()) check_output_path(*out, in, true);
+        if (!out->empty()) check_output_path(*out, in, o->force);
 
     // Beyond the blocks the readers checked, what grows with T: a generated case (held whole),
     // a backend side that runs the whole case, and --dump-diff's error, mask and difference of

@@ -76,9 +76,10 @@ void add_run(CLI::App& app, int& rc) {
     LoadOptions lo;
     lo.strict = o->strict;
     lo.allow_nonfinite = o->allow_nonfinite;
-    auto nonfinite = [&](const Case& c, int64_t t0) {
+    auto nonfinite = [&](const Case& c, int64_t t0) {  // exec: the command's doing, not the input's
+      const char* whose = b.backend->takes_argument ? "the outputs your command wrote" : "the operator's outputs";
       if (std::string at = c.first_failed(t0); !at.empty() && !o->allow_nonfinite)
-        fail(o->in, ": the operator's outputs fail, first ", at, "; nothing written; --allow-nonfinite writes them anyway");
+        fail(o->in, ": ", whose, " fail, first ", at, "; nothing written; --allow-nonfinite writes them anyway");
     };
     std::map<std::string, StatsAccumulator> summary;  // stage -> statistics over every chunk
     auto add_summary = [&](const Case& c) {

@@ -35,12 +35,17 @@ H5::FloatType bf16_type() {
   return t;
 }
 
-bool is_bf16(const H5::FloatType& ft) {
-  if (ft.getSize() != 2) return false;
-  size_t spos, epos, esize, mpos, msize;
-  ft.getFields(spos, epos, esize, mpos, msize);
-  return spos == 15 && epos == 7 && esize == 8 && mpos == 0 && msize == 7 && ft.getEbias() == 127;
+// Whether a float type has the layout of an IEEE-style format of `bytes` bytes with an esize-bit
+// exponent (bias 2^(esize-1) - 1) and an msize-bit mantissa (implied leading bit), in either byte order.
+bool has_layout(const H5::FloatType& ft, size_t bytes, size_t esize, size_t msize) {
+  if (ft.getSize() != bytes || ft.getPrecision() != 8 * bytes || ft.getOffset() != 0) return false;
+  size_t spos, epos, es, mpos, ms;
+  ft.getFields(spos, epos, es, mpos, ms);
+  return spos == 8 * bytes - 1 && epos == msize && es == esize && mpos == 0 && ms == msize &&
+         ft.getEbias() == (size_t(1) << (esize - 1)) - 1 && H5Tget_norm(ft.getId()) == H5T_NORM_IMPLIED;
 }
+
+bool is_bf16(const H5::FloatType& ft) { return has_layout(ft, 2, 8, 7); }
 
 H5::DataType mem_type(DType t) {
   switch (t) {
@@ -156,6 +161,12 @@ bool link_exists(const H5::H5File& f, const std::string& file, const std::string
     if (e < 0) fail(file, ": ", prefix, ": cannot look up the link (", lookup_cause(), ")");
     if (e == 0) return false;
     if (pos == std::string::npos) return true;
+    H5O_info_t info;  // a dataset on the way: HDF5's lookup below it fails with "message type not found"
+    const bool other = H5Oget_info_by_name(f.getId(), prefix.c_str(), &info, link_access()) >= 0 && info.type != H5O_TYPE_GROUP;
+    H5Eclear2(H5E_DEFAULT);
+    if (other)
+      fail(file, ": ", prefix, ": expected a group holding ", path.substr(pos + 1), ", found a ",
+           info.type == H5O_TYPE_DATASET ? "dataset" : "named datatype");
   }
 }
 
@@ -201,10 +212,17 @@ Shape dataset_shape(const H5::DataSet& ds, const std::string& file, const std::s
   return shape;
 }
 
-// The HDF5 float type's name: bfloat16, float16 (IEEE half), float32, float64, or floatN.
+// The HDF5 float type's name: bfloat16, float16 (IEEE half), float32, float64 (IEEE layouts, read
+// as they are), or "floatN-eEmM" (E exponent bits, M mantissa bits) for any other layout, which
+// is read through float64 (a 4-byte float with a 10-bit exponent is no float32).
 std::string float_type_name(const H5::FloatType& ft) {
   if (is_bf16(ft)) return "bfloat16";
-  return cat("float", ft.getSize() * 8);
+  if (has_layout(ft, 2, 5, 10)) return "float16";
+  if (has_layout(ft, 4, 8, 23)) return "float32";
+  if (has_layout(ft, 8, 11, 52)) return "float64";
+  size_t spos, epos, esize, mpos, msize;
+  ft.getFields(spos, epos, esize, mpos, msize);
+  return cat("float", ft.getSize() * 8, "-e", esize, "m", msize);
 }
 
 // Chunks: filtered ones larger than kMaxChunkBytes are refused (check_storage). A read of a block of
@@ -937,7 +955,7 @@ void write_atomically(const std::string& path, bool replace, const std::function
   OutputFile out(path, replace);
   std::unique_ptr<H5::H5File> f;
   try {
-    f = std::make_unique<H5::H5File>(out.temp(), H5F_ACC_EXCL);
+    f = std::make_unique<H5::H5File>(out.temp_to_create(), H5F_ACC_EXCL);
     out.created(vfd_descriptor(*f));
     write_str_attr(*f, "producer", "mhc");
     write_str_attr(*f, "version", MHC_VERSION);
@@ -976,7 +994,7 @@ CaseWriter::CaseWriter(const std::string& path, const Case& head, bool replace) 
   Impl& m = *impl_;
   m.prob = head.prob;
   m.guarded([&] {
-    m.f = std::make_unique<H5::H5File>(m.out.temp(), H5F_ACC_EXCL);
+    m.f = std::make_unique<H5::H5File>(m.out.temp_to_create(), H5F_ACC_EXCL);
     m.out.created(vfd_descriptor(*m.f));
     H5::H5File& f = *m.f;
     write_str_attr(f, "producer", "mhc");

@@ -114,13 +114,16 @@ void check_output_path(const std::string& path, const std::string& in, bool forc
 
 OutputFile::OutputFile(const std::string& path, bool replace)
     : path_(target_of(path)), temp_(temp_path(path_)), replace_(replace) {
-  MHC_CHECK(temp_.size() < sizeof g_temp && !g_have_temp, "one output at a time");
+  if (temp_.size() >= sizeof g_temp)
+    fail(path_, ": the temporary file's name beside it would be ", temp_.size(), " bytes long, more than ",
+         sizeof g_temp - 1, "; choose a shorter output path");
+  MHC_CHECK(!g_have_temp, "one output at a time");
   std::memcpy(g_temp, temp_.c_str(), temp_.size() + 1);
   g_have_temp = 1;
 }
 
 OutputFile::~OutputFile() {
-  if (!committed_ && ino_ != 0) unlink(temp_.c_str());  // only what this process created
+  if (!committed_ && (ino_ != 0 || creating_)) unlink(temp_.c_str());  // only what this process created
   g_have_temp = 0;
 }
 
@@ -129,6 +132,13 @@ int OutputFile::create() {
   if (fd < 0) fail(path_, ": cannot create the temporary file ", temp_, ": ", std::strerror(errno));
   created(fd);
   return fd;
+}
+
+const std::string& OutputFile::temp_to_create() {
+  struct stat st;
+  if (lstat(temp_.c_str(), &st) == 0) fail(path_, ": the temporary file ", temp_, " exists already; nothing written");
+  creating_ = true;
+  return temp_;
 }
 
 void OutputFile::created(int fd) {

@@ -25,19 +25,21 @@ class OutputFile {
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
 
-  const std::string& temp() const { return temp_; }
   // The temporary file, created here (O_EXCL, O_NOFOLLOW: a file or link planted at its
   // predictable name is never written through) and open for writing: its descriptor.
   int create();
-  // The temporary file as created by a writer that opens it itself with exclusive creation
-  // (HDF5's H5F_ACC_EXCL), through its open descriptor fd.
+  // The temporary file's name, for a writer that creates it itself with exclusive creation
+  // (HDF5's H5F_ACC_EXCL): absent now, so whatever is there after a failed creation (libhdf5
+  // creates the file, then fails to write its superblock on a full disk) is removed too.
+  const std::string& temp_to_create();
+  // The temporary file as created by that writer, through its open descriptor fd.
   void created(int fd);
   void commit();  // moves the finished temporary file to path (UserError if path appeared meanwhile or is read,
                   // or the temporary file is no longer the one created)
 
  private:
   std::string path_, temp_;
-  bool replace_, committed_ = false;
+  bool replace_, committed_ = false, creating_ = false;
   dev_t dev_ = 0;
   ino_t ino_ = 0;
 };

@@ -18,10 +18,12 @@ uint64_t phi_elements(int64_t n, int64_t D);
 // g_pre's sigmoid s is recovered as h_pre − hc_eps, as kernels that keep only h_pre do (an h_pre
 // off the oracle then shows downstream as inherited error), except in its tails, where that loses
 // more than 6 bits and s and 1 − s are evaluated from z: s < hc_eps / kPreLow (s = 1e-11 kept
-// two digits in fp32) and 1 − s < kPreHigh, 64 fp32 ulps of 1 (1 + hc_eps rounds: at z = 30,
-// s(1 − s) came out 1e6 times too large). The same tails at fp64, so that its replays see a
-// kernel the same way; none in plain evaluations (GateGrads).
-constexpr double kPreLow = 64, kPreHigh = 0x1p-17;
+// two digits in fp32) and 1 − s < kGateHigh, 64 fp32 ulps of 1 (1 + hc_eps rounds: at z = 30,
+// s(1 − s) came out 1e6 times too large). g_post's h_post (1 − h_post/2) likewise, from z where
+// 1 − h_post/2 < kGateHigh (it cancels there: 0 in fp32 beyond z = 17, in fp64 beyond z = 37).
+// The same tails at fp64, so that its replays see a kernel the same way; none in plain
+// evaluations (GateGrads).
+constexpr double kPreLow = 64, kGateHigh = 0x1p-17;
 
 struct Problem {
   Shape tokens;  // [T] or [B,S]: the leading dimensions of every per-token tensor

@@ -136,15 +136,20 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
     float gj;
     if (j < n) {
       float s = p.h_pre[t * n + j] - p.hc_eps, r = 1.0f - s;  // s and 1 - s: from z in their tails
-      if (s < p.pre_low || r < p.pre_high) {
+      if (s < p.pre_low || r < p.gate_high) {
         const float z = p.alpha[0] * (p.h_mix[t * N + j] * ir) + p.bias[j];
         s = sigmoid(z), r = sigmoid(-z);
       }
       gj = dhp[j] * s * r;
       p.dh_pre[t * n + j] = dhp[j];
     } else if (j < 2 * n) {
-      float h = p.h_post[t * n + j - n];
-      gj = p.dh_post[t * n + j - n] * h * (1.0f - h / 2.0f);
+      const float h = p.h_post[t * n + j - n], q = 1.0f - h / 2.0f;  // q = sigmoid(-z): from z in its tail
+      if (q < p.gate_high) {
+        const float z = p.alpha[1] * (p.h_mix[t * N + j] * ir) + p.bias[j];
+        gj = p.dh_post[t * n + j - n] * 2.0f * sigmoid(z) * sigmoid(-z);
+      } else {
+        gj = p.dh_post[t * n + j - n] * h * q;
+      }
     } else {
       gj = p.dh_res[t * n * n + j - 2 * n];
     }

@@ -140,7 +140,7 @@ struct DeviceCase {
     bwd.dx = at("dx"), bwd.g_tok = g_tok.p, bwd.a_tok = a_tok.p, bwd.partial = partial.p;
     bwd.dphi = at("dphi"), bwd.dalpha = at("dalpha"), bwd.dbias = at("dbias"), bwd.dgamma = at("dgamma");
     bwd.T = prob.T(), bwd.n = int(prob.n), bwd.D = int(prob.D), bwd.splits = int(geo.splits);
-    bwd.hc_eps = float(prob.hc_eps), bwd.pre_low = float(prob.hc_eps / kPreLow), bwd.pre_high = float(kPreHigh);
+    bwd.hc_eps = float(prob.hc_eps), bwd.pre_low = float(prob.hc_eps / kPreLow), bwd.gate_high = float(kGateHigh);
   }
 
   StagePtr at(const char* name) const {

@@ -58,7 +58,8 @@ struct BwdParams {
   float* dgamma;               // [K]
   int64_t T;
   int n, D, splits;
-  float hc_eps, pre_low, pre_high;  // g_pre's s from z where s < pre_low or 1 - s < pre_high (kPreLow)
+  float hc_eps, pre_low, gate_high;  // g_pre's s from z where s < pre_low or 1 - s < gate_high, g_post's
+                                     // where 1 - h_post/2 < gate_high (kPreLow, kGateHigh)
 };
 
 // Floats of FwdParams::scratch for a shape: the bf16 planes of phi*gamma and the forward's

@@ -115,7 +115,7 @@ StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, s
         for (int64_t i = c * chunk; i < std::min(n, (c + 1) * chunk); ++i) {
           double x = as_double(ap[i]), y = as_double(bp[i]), d = elem_diff(x, y);
           p.nan_a += std::isnan(x), p.inf_a += std::isinf(x), p.nan_b += std::isnan(y), p.inf_b += std::isinf(y);
-          if (d != kInf) {
+          if (d != kInf && std::isfinite(y)) {  // not NaN against NaN, nor equal infinities
             p.num += d * d, p.den += y * y;
             if (y != 0) p.max_rel = std::max(p.max_rel, d / std::fabs(y));
           }
@@ -307,7 +307,8 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       auto [atol, rtol] = fixed_tol != opt.per_stage.end() ? fixed_tol->second : default_tol(s);
       if (fixed_tol == opt.per_stage.end() && opt.atol >= 0) atol = opt.atol;
       if (fixed_tol == opt.per_stage.end() && opt.rtol >= 0) rtol = opt.rtol;
-      r = measure(s.name, ta, tb, err, [&](double d, double y) { return d <= atol + rtol * std::fabs(y) ? 0.0 : 2.0; });
+      // d = 0: equal, NaN against NaN or equal infinities (whose rtol·|y| is NaN)
+      r = measure(s.name, ta, tb, err, [&](double d, double y) { return d == 0 || d <= atol + rtol * std::fabs(y) ? 0.0 : 2.0; });
       r.fixed = true, r.atol = atol, r.rtol = rtol, r.limit = 1, r.error = 0;
       for (int64_t i = 0; i < tb.size(); ++i)
         r.min_atol = std::max(r.min_atol, elem_diff(ta.at(i), tb.at(i)) - rtol * std::fabs(tb.at(i)));
@@ -543,7 +544,7 @@ std::string DiffReport::verdict_line() const {
         std::snprintf(off, sizeof off, "%.3g", s.fp32_error);
         why += cat(why.empty() ? "" : "; ", "fp32 arithmetic cannot evaluate these inputs: at ", s.name,
                    " the plain fp32 evaluation is off the fp64 oracle by ", off,
-                   " of the stage's RMS (an overflow?), so no error budget holds; compare with --tolerance fixed");
+                   " of the stage's RMS (an overflow, or gates saturated past fp32?), so no error budget holds; compare with --tolerance fixed");
       }
     if (why.empty()) why = "no stage is present on both sides";
     return cat("invalid: ", why, "; the comparison cannot be trusted");
