@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cpu_backend.h"
+#include "gate_tails.h"
 
 namespace mhc {
 namespace {
@@ -231,7 +232,8 @@ template <class R> void h_in(const Problem& p, const TensorMap& in, const Arith&
 
 // Per-token gate gradients g = [g_pre, g_post, g_res] (before alpha), shared by dh_mix,
 // dinv_rms, dalpha and dbias. g_pre's s and 1 − s: from h_pre, or from z in their tails (kPreLow),
-// g_post's from h_post, or from z in its upper tail (kGateHigh),
+// g_post's from h_post, or from z in its upper tail (kGateHigh); from z only where z puts the gate
+// in that tail too (in_tail),
 // except in plain evaluations: the budget is what a correct kernel that recovers s from h_pre
 // everywhere can be off (with the tails exact there, such a kernel failed dalpha and dbias).
 template <class R> struct GateGrads {
@@ -246,18 +248,20 @@ template <class R> struct GateGrads {
   void operator()(int64_t t, R* g) const {  // g is [N]
     const int64_t n = p.n, N = p.N();
     for (int64_t i = 0; i < n; ++i) {
+      const R low = R(p.hc_eps / kPreLow), high = R(kGateHigh);
       R s = h_pre.p[t * n + i] - R(p.hc_eps), r = R(1) - s;  // s and 1 - s
-      if (tails && (s < R(p.hc_eps / kPreLow) || r < R(kGateHigh))) {
+      if (tails && (s < low || r < high)) {
         const R z = gate_z(alpha[0], h_mix.p[t * N + i], inv_rms.p[t], bias[size_t(i)]);
-        s = sigmoid(z), r = sigmoid(-z);
+        const R sz = sigmoid(z), rz = sigmoid(-z);
+        if (in_tail(s, r, sz, rz, low, high)) s = sz, r = rz;
       }
       g[i] = dh_pre.p[t * n + i] * s * r;
       const R hpo = h_post.p[t * n + i], q = R(1) - hpo / R(2);  // h_post = 2 sigmoid(z), q = sigmoid(-z)
-      if (tails && q < R(kGateHigh)) {
+      g[n + i] = dh_post.p[t * n + i] * hpo * q;
+      if (tails && q < high) {
         const R z = gate_z(alpha[1], h_mix.p[t * N + n + i], inv_rms.p[t], bias[size_t(n + i)]);
-        g[n + i] = dh_post.p[t * n + i] * R(2) * sigmoid(z) * sigmoid(-z);
-      } else {
-        g[n + i] = dh_post.p[t * n + i] * hpo * q;
+        const R sz = sigmoid(z), rz = sigmoid(-z);
+        if (in_tail(R(1), q, sz, rz, R(0), high)) g[n + i] = dh_post.p[t * n + i] * R(2) * sz * rz;
       }
     }
     for (int64_t j = 0; j < n * n; ++j) g[2 * n + j] = dh_res.p[t * n * n + j];

@@ -13,6 +13,7 @@
 #include "bf16_split.cuh"
 #include "cuda_check.h"
 #include "dependent_launch.cuh"
+#include "gate_tails.h"
 #include "kernels.h"
 
 namespace mhc::cuda {
@@ -137,18 +138,17 @@ __global__ void __launch_bounds__(kThreads) token_grads(BwdParams p) {
     if (j < n) {
       float s = p.h_pre[t * n + j] - p.hc_eps, r = 1.0f - s;  // s and 1 - s: from z in their tails
       if (s < p.pre_low || r < p.gate_high) {
-        const float z = p.alpha[0] * (p.h_mix[t * N + j] * ir) + p.bias[j];
-        s = sigmoid(z), r = sigmoid(-z);
+        const float z = p.alpha[0] * (p.h_mix[t * N + j] * ir) + p.bias[j], sz = sigmoid(z), rz = sigmoid(-z);
+        if (in_tail(s, r, sz, rz, p.pre_low, p.gate_high)) s = sz, r = rz;
       }
       gj = dhp[j] * s * r;
       p.dh_pre[t * n + j] = dhp[j];
     } else if (j < 2 * n) {
       const float h = p.h_post[t * n + j - n], q = 1.0f - h / 2.0f;  // q = sigmoid(-z): from z in its tail
+      gj = p.dh_post[t * n + j - n] * h * q;
       if (q < p.gate_high) {
-        const float z = p.alpha[1] * (p.h_mix[t * N + j] * ir) + p.bias[j];
-        gj = p.dh_post[t * n + j - n] * 2.0f * sigmoid(z) * sigmoid(-z);
-      } else {
-        gj = p.dh_post[t * n + j - n] * h * q;
+        const float z = p.alpha[1] * (p.h_mix[t * N + j] * ir) + p.bias[j], sz = sigmoid(z), rz = sigmoid(-z);
+        if (in_tail(1.0f, q, sz, rz, 0.0f, p.gate_high)) gj = p.dh_post[t * n + j - n] * 2.0f * sz * rz;
       }
     } else {
       gj = p.dh_res[t * n * n + j - 2 * n];

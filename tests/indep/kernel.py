@@ -56,6 +56,8 @@ BUGS = {
     "dalpha_sign": "dalpha[1] has its sign flipped",
     "n6_index": "n = 6 only: h_post reads its columns of h_mix one to the right (an index bug for one n)",
     "fixed_eps": "norm_eps and hc_eps fixed at 1e-6, the file's attributes ignored",
+    "post_bias_pre": "h_post's sigmoid argument adds the pre gates' bias slice",
+    "pre_bias_post": "h_pre's sigmoid argument adds the post gates' bias slice",
 }
 
 
@@ -179,12 +181,12 @@ def forward(inp, order, gemm, bug):
                         lambda: v[:, :k_used] @ wT)  # [T,N]
 
     t = h_mix * inv_rms[:, None]  # [T,N]
-    z_pre = t[:, :n] * alpha[0] + bias[:n]
+    z_pre = t[:, :n] * alpha[0] + (bias[n:2 * n] if bug == "pre_bias_post" else bias[:n])
     if bug == "late_tokens":
         z_pre[256:] *= 1 + 1e-3
     s_pre = torch.sigmoid(z_pre)  # [T,n]
     post = slice(n + 1, 2 * n + 1) if bug == "n6_index" and n == 6 else slice(n, 2 * n)
-    s_post = torch.sigmoid(t[:, post] * alpha[1] + bias[n:2 * n])  # [T,n]
+    s_post = torch.sigmoid(t[:, post] * alpha[1] + (bias[:n] if bug == "post_bias_pre" else bias[n:2 * n]))  # [T,n]
     h_pre = s_pre + inp["hc_eps"]
     h_post = 2 * s_post
     h_res = (t[:, 2 * n:] * alpha[2] + bias[2 * n:]).reshape(T, n, n)

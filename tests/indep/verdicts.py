@@ -39,8 +39,10 @@ OUTLIER_CLEAN = [("256,4,2048@outlier", "rev"), ("256,4,2048@outlier", "splitk")
                  ("300,4,1024@outlier", "tile64"), ("2,4,1024@outlier", "seq")]
 # @sat: pre gates saturated, bias[:n] = +16, -20, +16.5, -20.5, ...: this kernel's fp32 s(1 - s)
 # near s = 1 (1 - s cancels) failed dalpha and dbias while the budget's own evaluation took the
-# tails exactly from z (session 17). @eps2: hc_eps = 1e-2 (see BUG_EXTRA).
-SATURATED_CLEAN = [("256,4,1024@sat", "seq"), ("256,4,1024@sat", "blas")]
+# tails exactly from z (session 17). @satall: as @sat, and post gates saturated too, bias[n:2n] =
+# +18, -20, +30, +38 (g_post from z in its upper tail: session 18); @satpost: the post gates alone.
+# @eps2: hc_eps = 1e-2 (see BUG_EXTRA).
+SATURATED_CLEAN = [("256,4,1024@sat", "seq"), ("256,4,1024@sat", "blas"), ("256,4,1024@satall", "rev")]
 BUG_SHAPE = "1024,4,1000"  # T = 1024 (late_tokens), K % 64 = 32 (tail_tile)
 TIES_SHAPE = "2048,4,4096"  # enough values of h_in near bf16 ties for double rounding
 # Not here: h_in rounded half away from zero. mhc names it only where A's values off the ties are
@@ -252,6 +254,13 @@ def bug_cases(quick):
     cases.append(Case(f"bug late_tokens (seq) {shape}", shape, ["--order", "seq", "--bug", "late_tokens"],
                       checks=[exit_is(1), field_is("verdict", "diverged"), first_is("h_pre"), root_has("h_pre"),
                               none_diverged_but("h_pre")]))
+    # a gate pushed into a tail that its z is not in (a bias of the other, saturated slice): the
+    # stages after it follow the kernel's own gate, so they are inherited (the replay took g from
+    # z: they were called introduced, session 18's review)
+    for bug, stage, shape in (("post_bias_pre", "h_post", "256,4,1024@sat"), ("pre_bias_post", "h_pre", "256,4,1024@satpost")):
+        cases.append(Case(f"bug {bug} (seq) {shape}", shape, ["--order", "seq", "--bug", bug],
+                          checks=[exit_is(1), field_is("verdict", "diverged"), first_is(stage), root_has(stage),
+                                  none_diverged_but(stage)]))
     return cases
 
 
@@ -342,11 +351,14 @@ class Runner:
             with h5py.File(path, "r+") as f:
                 x = f["inputs/x"]
                 x[..., x.shape[-2] - 1, x.shape[-1] - 1] = 256.0  # exact in bf16
-        if fresh and made[1] is None and edit == "sat":
+        if fresh and made[1] is None and edit in ("sat", "satall", "satpost"):
             with h5py.File(path, "r+") as f:
                 n = f["inputs/x"].shape[-2]
                 b = f["inputs/bias"][()]
-                b[:n] = [(16.0 if i % 2 == 0 else -20.0) + 0.5 * (i // 2) * (1 if i % 2 == 0 else -1) for i in range(n)]
+                if edit != "satpost":
+                    b[:n] = [(16.0 if i % 2 == 0 else -20.0) + 0.5 * (i // 2) * (1 if i % 2 == 0 else -1) for i in range(n)]
+                if edit != "sat":
+                    b[n:2 * n] = [(18.0, -20.0, 30.0, 38.0)[i % 4] for i in range(n)]
                 f["inputs/bias"][...] = b
         if fresh and made[1] is None and edit == "eps2":
             with h5py.File(path, "r+") as f:
