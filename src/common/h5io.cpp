@@ -152,6 +152,15 @@ std::string lookup_cause() {
   return why;
 }
 
+// The type of the object at path (from loc, through soft and checked external links), or
+// H5O_TYPE_UNKNOWN where the lookup fails (a missing or broken link); leaves no error behind.
+H5O_type_t object_type(hid_t loc, const char* path) {
+  H5O_info_t info;
+  const bool found = H5Oget_info_by_name(loc, path, &info, link_access()) >= 0;
+  H5Eclear2(H5E_DEFAULT);
+  return found ? info.type : H5O_TYPE_UNKNOWN;
+}
+
 // False when a link on the path is absent; a failed lookup (corrupt file) is an error, never "absent".
 bool link_exists(const H5::H5File& f, const std::string& file, const std::string& path) {
   // check every component: H5Lexists fails on a missing intermediate group
@@ -161,23 +170,17 @@ bool link_exists(const H5::H5File& f, const std::string& file, const std::string
     if (e < 0) fail(file, ": ", prefix, ": cannot look up the link (", lookup_cause(), ")");
     if (e == 0) return false;
     if (pos == std::string::npos) return true;
-    H5O_info_t info;  // a dataset on the way: HDF5's lookup below it fails with "message type not found"
-    const bool other = H5Oget_info_by_name(f.getId(), prefix.c_str(), &info, link_access()) >= 0 && info.type != H5O_TYPE_GROUP;
-    H5Eclear2(H5E_DEFAULT);
-    if (other)
+    // a dataset on the way: HDF5's lookup below it fails with "message type not found"
+    const H5O_type_t type = object_type(f.getId(), prefix.c_str());
+    if (type == H5O_TYPE_DATASET || type == H5O_TYPE_NAMED_DATATYPE)
       fail(file, ": ", prefix, ": expected a group holding ", path.substr(pos + 1), ", found a ",
-           info.type == H5O_TYPE_DATASET ? "dataset" : "named datatype");
+           type == H5O_TYPE_DATASET ? "dataset" : "named datatype");
   }
 }
 
 // Whether path (from loc, through soft and checked external links) is a dataset; a missing or
-// broken link is no dataset, and leaves no error behind.
-bool dataset_at(hid_t loc, const char* path) {
-  H5O_info_t info;
-  const bool yes = H5Oget_info_by_name(loc, path, &info, link_access()) >= 0 && info.type == H5O_TYPE_DATASET;
-  H5Eclear2(H5E_DEFAULT);
-  return yes;
-}
+// broken link is no dataset.
+bool dataset_at(hid_t loc, const char* path) { return object_type(loc, path) == H5O_TYPE_DATASET; }
 
 const char* class_name(H5T_class_t c) {
   switch (c) {

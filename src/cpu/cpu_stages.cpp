@@ -247,8 +247,8 @@ template <class R> struct GateGrads {
         alpha(all_as<R>(dep(in, "alpha"))), bias(all_as<R>(dep(in, "bias"))), tails(!a.plain) {}
   void operator()(int64_t t, R* g) const {  // g is [N]
     const int64_t n = p.n, N = p.N();
+    const R low = R(p.hc_eps / kPreLow), high = R(kGateHigh);
     for (int64_t i = 0; i < n; ++i) {
-      const R low = R(p.hc_eps / kPreLow), high = R(kGateHigh);
       R s = h_pre.p[t * n + i] - R(p.hc_eps), r = R(1) - s;  // s and 1 - s
       if (tails && (s < low || r < high)) {
         const R z = gate_z(alpha[0], h_mix.p[t * N + i], inv_rms.p[t], bias[size_t(i)]);
