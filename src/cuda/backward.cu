@@ -759,6 +759,26 @@ template <int n> int dx_ring_steps(size_t tiles) {
   return steps;
 }
 
+// Dynamic shared memory for a dx_param kernel of `smem` bytes (or more) that lets no two of its
+// blocks share an SM, and whether the device's SMs hold all `blocks` of them at once that way.
+struct OnePerSm {
+  size_t smem;
+  bool fits;
+};
+inline OnePerSm one_per_sm(void (*k)(BwdParams), size_t smem, unsigned blocks) {
+  int dev = 0, per_sm = 0, per_block = 0, reserved = 0, sms = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
+  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  cudaFuncAttributes fa{};
+  CUDA_CHECK(cudaFuncGetAttributes(&fa, k));
+  const size_t half = size_t(per_sm) / 2 + 16;  // a block and its reservation above half an SM
+  const size_t need = std::max(smem, half > fa.sharedSizeBytes + reserved ? half - fa.sharedSizeBytes - reserved : 0);
+  return {need, blocks <= unsigned(sms) && fa.sharedSizeBytes + need <= size_t(per_block)};
+}
+
 template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
@@ -771,6 +791,16 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
     if (p.D % 8 == 0)
       if (const int r = dx_ring_steps<n>(smem))
         dx_kernel = r == 3 ? dx_param<n, 3> : dx_param<n, 2>, smem += size_t(r) * kRingStepBytes;
+  // One split where each block walks more than two chunks (n <= 4): a dependent launch placed two
+  // blocks on some SMs beside token_grads and lost (T = 128: 27.8 -> 33.0 µs, T = 200: 38.6 ->
+  // 48.0; s8-1, s8-2). With shared memory that holds one block an SM it is a dependent where
+  // the column tiles fit the SMs at once; elsewhere an ordinary launch. At T = 64 and at n = 8 a
+  // dependent won 3-4 µs.
+  bool dependent = n > 4 || p.T <= 2 * kChunk;
+  if (p.splits == 1 && !dependent) {
+    const OnePerSm one = one_per_sm(dx_kernel, smem, ctiles);
+    if (one.fits) dependent = true, smem = one.smem;
+  }
   CUDA_CHECK(cudaFuncSetAttribute(dx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   // a block per token; where the blocks fit one wave, several steps' loads at once
   constexpr int kWide = n <= 4 ? 4 : 2;
@@ -779,10 +809,7 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   // token_grads is an ordinary launch, the later kernels programmatic dependents of the one
   // before (dependent_launch.cuh)
   if (p.splits == 1) {  // dx_param does param_final's work too
-    // A dependent, except where two of its blocks may share an SM (n <= 4) and each walks more
-    // than two chunks: there it lost (T = 128: 27.8 -> 33.0 µs, T = 200: 38.6 -> 48.0; s8-1,
-    // s8-2), while at T = 64 and at n = 8 it won 3-4 µs.
-    launch_after(n > 4 || p.T <= 2 * kChunk, dx_kernel, ctiles + 3 + N, kThreads, smem, s, p);
+    launch_after(dependent, dx_kernel, ctiles + 3 + N, kThreads, smem, s, p);
     return;
   }
   launch_after(true, dx_kernel, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
