@@ -759,24 +759,31 @@ template <int n> int dx_ring_steps(size_t tiles) {
   return steps;
 }
 
-// Dynamic shared memory for a dx_param kernel of `smem` bytes (or more) that lets no two of its
-// blocks share an SM, and whether the device's SMs hold all `blocks` of them at once that way.
+// Dynamic shared memory for dx_param<n, *> of `smem` bytes or more that lets no two of its blocks
+// share an SM, and whether the SMs hold all `blocks` of them at once that way (the device's
+// figures asked once per process and n, of the current device).
 struct OnePerSm {
   size_t smem;
   bool fits;
 };
-inline OnePerSm one_per_sm(void (*k)(BwdParams), size_t smem, unsigned blocks) {
-  int dev = 0, per_sm = 0, per_block = 0, reserved = 0, sms = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, dev));
-  CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-  cudaFuncAttributes fa{};
-  CUDA_CHECK(cudaFuncGetAttributes(&fa, k));
-  const size_t half = size_t(per_sm) / 2 + 16;  // a block and its reservation above half an SM
-  const size_t need = std::max(smem, half > fa.sharedSizeBytes + reserved ? half - fa.sharedSizeBytes - reserved : 0);
-  return {need, blocks <= unsigned(sms) && fa.sharedSizeBytes + need <= size_t(per_block)};
+template <int n> OnePerSm one_per_sm(size_t smem, unsigned blocks) {
+  static const struct {
+    size_t half, per_block;  // dynamic shared memory above half an SM; the most a block may have
+    unsigned sms;
+  } dev = [] {
+    int d = 0, per_sm = 0, per_block = 0, reserved = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&d));
+    CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, d));
+    CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
+    CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, d));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
+    cudaFuncAttributes fa{};
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, dx_param<n, 0>));  // the same static shared memory for 2 and 3
+    const size_t fixed = fa.sharedSizeBytes + size_t(reserved), half = size_t(per_sm) / 2 + 16;
+    return decltype(dev){half > fixed ? half - fixed : 0, size_t(per_block) - fa.sharedSizeBytes, unsigned(sms)};
+  }();
+  const size_t need = std::max(smem, dev.half);
+  return {need, blocks <= dev.sms && need <= dev.per_block};
 }
 
 template <int n> void launch(const BwdParams& p, cudaStream_t s) {
@@ -791,16 +798,17 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
     if (p.D % 8 == 0)
       if (const int r = dx_ring_steps<n>(smem))
         dx_kernel = r == 3 ? dx_param<n, 3> : dx_param<n, 2>, smem += size_t(r) * kRingStepBytes;
-  // One split where each block walks more than two chunks (n <= 4): a dependent launch placed two
-  // blocks on some SMs beside token_grads and lost (T = 128: 27.8 -> 33.0 µs, T = 200: 38.6 ->
-  // 48.0; s8-1, s8-2). With shared memory that holds one block an SM it is a dependent where
-  // the column tiles fit the SMs at once; elsewhere an ordinary launch. At T = 64 and at n = 8 a
-  // dependent won 3-4 µs.
-  bool dependent = n > 4 || p.T <= 2 * kChunk;
-  if (p.splits == 1 && !dependent) {
-    const OnePerSm one = one_per_sm(dx_kernel, smem, ctiles);
-    if (one.fits) dependent = true, smem = one.smem;
-  }
+  // As a programmatic dependent, dx_param's blocks are placed beside token_grads' as soon as it
+  // lets them, two to an SM where the resources allow: those SMs walk two column tiles, and the
+  // busiest SM sets the kernel's time (with one split at T = 128: 27.8 -> 33.0 µs, s8-1; 25.1 ->
+  // 30.0, s19-1). Where the blocks fit the SMs one each, dynamic shared memory over half an SM's
+  // keeps them apart (s19-1: 2.4-3.1 µs faster than an ordinary launch at 100..255 tokens).
+  // Elsewhere with one split and more than two chunks a block (n <= 4), an ordinary launch;
+  // at T <= 64 and at n = 8 a dependent won 3-4 µs.
+  const OnePerSm one = one_per_sm<n>(smem, ctiles * unsigned(p.splits));
+  const bool apart = one.fits && (p.splits > 1 || (n <= 4 && p.T > 2 * kChunk));
+  if (apart) smem = one.smem;
+  const bool dependent = apart || p.splits > 1 || n > 4 || p.T <= 2 * kChunk;
   CUDA_CHECK(cudaFuncSetAttribute(dx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   // a block per token; where the blocks fit one wave, several steps' loads at once
   constexpr int kWide = n <= 4 ? 4 : 2;
@@ -812,7 +820,7 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
     launch_after(dependent, dx_kernel, ctiles + 3 + N, kThreads, smem, s, p);
     return;
   }
-  launch_after(true, dx_kernel, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
+  launch_after(dependent, dx_kernel, dim3(ctiles, unsigned(p.splits)), kThreads, smem, s, p);
   const unsigned ptiles = kByColumns<N> ? unsigned(ceil_div(K, kParamCols)) : ktiles;  // param_final's column blocks
   launch_after(true, param_final<n>, ptiles + 3 + N, kThreads, 0, s, p, int(ptiles));
 }
