@@ -759,33 +759,6 @@ template <int n> int dx_ring_steps(size_t tiles) {
   return steps;
 }
 
-// Dynamic shared memory for dx_param<n, *> of `smem` bytes or more that lets no two of its blocks
-// share an SM, and whether the SMs hold all `blocks` of them at once that way (the device's
-// figures asked once per process and n, of the current device).
-struct OnePerSm {
-  size_t smem;
-  bool fits;
-};
-template <int n> OnePerSm one_per_sm(size_t smem, unsigned blocks) {
-  static const struct {
-    size_t half, per_block;  // dynamic shared memory above half an SM; the most a block may have
-    unsigned sms;
-  } dev = [] {
-    int d = 0, per_sm = 0, per_block = 0, reserved = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&d));
-    CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, d));
-    CUDA_CHECK(cudaDeviceGetAttribute(&per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, d));
-    CUDA_CHECK(cudaDeviceGetAttribute(&reserved, cudaDevAttrReservedSharedMemoryPerBlock, d));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, d));
-    cudaFuncAttributes fa{};
-    CUDA_CHECK(cudaFuncGetAttributes(&fa, dx_param<n, 0>));  // the same static shared memory for 2 and 3
-    const size_t fixed = fa.sharedSizeBytes + size_t(reserved), half = size_t(per_sm) / 2 + 16;
-    return decltype(dev){half > fixed ? half - fixed : 0, size_t(per_block) - fa.sharedSizeBytes, unsigned(sms)};
-  }();
-  const size_t need = std::max(smem, dev.half);
-  return {need, blocks <= dev.sms && need <= dev.per_block};
-}
-
 template <int n> void launch(const BwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
@@ -798,17 +771,14 @@ template <int n> void launch(const BwdParams& p, cudaStream_t s) {
     if (p.D % 8 == 0)
       if (const int r = dx_ring_steps<n>(smem))
         dx_kernel = r == 3 ? dx_param<n, 3> : dx_param<n, 2>, smem += size_t(r) * kRingStepBytes;
-  // As a programmatic dependent, dx_param's blocks are placed beside token_grads' as soon as it
-  // lets them, two to an SM where the resources allow: those SMs walk two column tiles, and the
-  // busiest SM sets the kernel's time (with one split at T = 128: 27.8 -> 33.0 µs, s8-1; 25.1 ->
-  // 30.0, s19-1). Where the blocks fit the SMs one each, dynamic shared memory over half an SM's
-  // keeps them apart (s19-1: 2.4-3.1 µs faster than an ordinary launch at 100..255 tokens).
-  // Elsewhere with one split and more than two chunks a block (n <= 4), an ordinary launch;
-  // at T <= 64 and at n = 8 a dependent won 3-4 µs.
-  const OnePerSm one = one_per_sm<n>(smem, ctiles * unsigned(p.splits));
-  const bool apart = one.fits && (p.splits > 1 || (n <= 4 && p.T > 2 * kChunk));
-  if (apart) smem = one.smem;
-  const bool dependent = apart || p.splits > 1 || n > 4 || p.T <= 2 * kChunk;
+  // dx_param's blocks are kept one an SM where they fit (apart: 2.4-3.1 µs at 100..255 tokens with one split,
+  // 5.7-10.6 µs with more, s19-1 and s19-2). Elsewhere, with one split and more than two chunks
+  // a block (n <= 4), an ordinary launch: as a dependent it lost there (T = 128: 27.8 -> 33.0
+  // µs, s8-1), while at T <= 64 and at n = 8 a dependent won 3-4 µs.
+  const Apart one = apart(reinterpret_cast<const void*>(dx_kernel), smem, ctiles * unsigned(p.splits));
+  const bool kept = one.fits && (p.splits > 1 || (n <= 4 && p.T > 2 * kChunk));
+  if (kept) smem = one.smem;
+  const bool dependent = kept || p.splits > 1 || n > 4 || p.T <= 2 * kChunk;
   CUDA_CHECK(cudaFuncSetAttribute(dx_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   // a block per token; where the blocks fit one wave, several steps' loads at once
   constexpr int kWide = n <= 4 ? 4 : 2;

@@ -566,9 +566,12 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
     CUDA_CHECK(cudaGetLastError());
   }
   if (pl.grouped) {
-    constexpr int smem = group_smem_bytes<n>();
-    CUDA_CHECK(cudaFuncSetAttribute(mix_group<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    // a dependent of split_pg, its blocks one an SM where they fit (apart)
     const dim3 grid(unsigned(ceil_div(p.T, 16 * tok_tiles(N)) * pl.groups), unsigned(pl.jtiles));
+    size_t smem = group_smem_bytes<n>();
+    if (!pl.split)
+      if (const Apart one = apart(reinterpret_cast<const void*>(mix_group<n>), smem, grid.x * grid.y); one.fits) smem = one.smem;
+    CUDA_CHECK(cudaFuncSetAttribute(mix_group<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     launch_after(!pl.split, mix_group<n>, grid, kThreads, smem, s, p, planes, Kp, pl.split, part, part_ss);
   } else {
     launch_after(true, K % 8 == 0 ? mix_partial<n, true> : mix_partial<n, false>,
