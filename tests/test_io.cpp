@@ -132,6 +132,46 @@ TEST_SUITE("hdf5") {
     }
   }
 
+  TEST_CASE("/inputs as an external link into a FIFO: refused, not waited on (review B, session 19)") {
+    const std::string dir = test::tmpdir("inputs_fifo");
+    save_case(dir + "/in.h5", test::golden(parse_shape("8,4,8"), 5, Precision::fp32, false).inputs_only());
+    REQUIRE(test::sh(cat("rm -f ", dir, "/fifo && mkfifo ", dir, "/fifo && ", MHC_PYTHON, " -c \"import h5py\n",
+                         "f = h5py.File('", dir, "/in.h5', 'r+'); del f['inputs']; f['inputs'] = h5py.ExternalLink('", dir,
+                         "/fifo', '/inputs'); f.close()\"")).rc == 0);
+    CHECK(test::sh("timeout 20 " + test::mhc("inspect " + dir + "/in.h5")).rc == 0);  // its walk does not follow external links
+    for (const char* cmd : {"run -q IN OUT", "diff IN cpu", "diff cpu cpu:fp64 --input IN"}) {
+      CAPTURE(cmd);
+      std::string c = cmd;
+      c.replace(c.find("IN"), 2, dir + "/in.h5");
+      if (size_t o = c.find("OUT"); o != std::string::npos) c.replace(o, 3, dir + "/out.h5");
+      auto r = test::sh("timeout 20 " + test::mhc(c));
+      CHECK(r.rc == 2);
+      CHECK(r.err.find("an external link into " + dir + "/fifo") != std::string::npos);
+    }
+    CHECK(!std::filesystem::exists(dir + "/out.h5"));
+  }
+
+  TEST_CASE("external raw storage: a relative name below the working directory, holding every byte it declares") {
+    // an absolute name or one above the directory would copy any file (/etc/passwd) into the
+    // outputs; a file shorter than its segment read as zeros, silently (review B, session 19)
+    const std::string dir = test::tmpdir("external_raw");
+    save_case(dir + "/in.h5", test::golden(parse_shape("8,4,8"), 5, Precision::fp32, false).inputs_only());
+    REQUIRE(test::sh(cat("cd ", dir, " && head -c 10 /dev/urandom > short.bin && ", MHC_PYTHON, " -c \"import h5py, shutil\n",
+                         "for k, name, size in (('abs', '/etc/hostname', 12), ('up', '../x.bin', 12), ('short', 'short.bin', 12)):\n",
+                         "    shutil.copy('in.h5', k + '.h5'); f = h5py.File(k + '.h5', 'r+'); del f['inputs/alpha']\n",
+                         "    f.create_dataset('inputs/alpha', (3,), 'f4', external=[(name, 0, size)]); f.close()\"")).rc == 0);
+    for (auto [k, why] : {std::pair{"abs", "/etc/hostname (not read: external raw storage must be a relative name"},
+                          std::pair{"up", "../x.bin (not read: external raw storage must be a relative name"},
+                          std::pair{"short", "short.bin, which holds 10 bytes, fewer than the 12 this segment reads"}}) {
+      CAPTURE(k);
+      auto r = test::sh(cat("cd ", dir, " && ", test::mhc(cat("run -q ", k, ".h5 out.h5"))));
+      CHECK(r.rc == 2);
+      CHECK(r.err.find(cat(k, ".h5: /inputs/alpha: stored externally in ")) != std::string::npos);
+      CHECK(r.err.find(why) != std::string::npos);
+      CHECK(!std::filesystem::exists(dir + "/out.h5"));
+    }
+  }
+
   TEST_CASE("x stored as one gzip chunk of 2^20 tokens: inflated once, not once for every block of tokens") {
     // libhdf5's default chunk cache (1 MiB) cannot hold the 16 MiB chunk: the diff's 4096 blocks
     // each inflated it again (over 100 s here; 1.5 s since the chunk cache holds a row of chunks)

@@ -333,22 +333,35 @@ void check_storage(const H5::DataSet& ds, const Shape& shape, const std::string&
            ": rewrite it with smaller chunks (h5repack -l CHUNK=...)");
     }
   }
-  std::string not_regular;
-  for (int i = 0, n = dcpl >= 0 ? H5Pget_external_count(dcpl) : 0; i < n && not_regular.empty(); ++i) {
+  hid_t type = H5Dget_type(ds.getId());
+  const uint64_t need = uint64_t(numel(shape)) * (type >= 0 ? H5Tget_size(type) : 0);  // the bytes a read takes
+  if (type >= 0) H5Tclose(type);
+  std::string refused;
+  uint64_t left = need;  // bytes still to come from the segments, in their order
+  for (int i = 0, n = dcpl >= 0 ? H5Pget_external_count(dcpl) : 0; i < n && refused.empty(); ++i) {
     char name[4096] = "";
     off_t offset;
     hsize_t size;
     if (H5Pget_external(dcpl, unsigned(i), sizeof name, name, &offset, &size) < 0) continue;
-    const std::string where = external_path(name, file);
-    if (!regular_or_absent(where)) not_regular = where;
+    const std::string where = external_path(name, file), given = name;
+    const uint64_t take = std::min<uint64_t>(left, size);
+    left -= take;
+    struct stat st;
+    if (given.empty() || given[0] == '/' || given == ".." || given.rfind("../", 0) == 0 || given.find("/../") != std::string::npos ||
+        (given.size() >= 3 && given.compare(given.size() - 3, 3, "/..") == 0))
+      refused = cat(where, " (not read: external raw storage must be a relative name below the working directory or "
+                           "HDF5_EXTFILE_PREFIX, not ", given.empty() ? "empty" : given[0] == '/' ? "absolute" : "above it",
+                    ": a case file could copy any file into its outputs)");
+    else if (!regular_or_absent(where))
+      refused = cat(where, ", which is not a regular file");
+    else if (stat(where.c_str(), &st) == 0 && take > 0 && uint64_t(st.st_size) < uint64_t(offset) + take)
+      refused = cat(where, ", which holds ", st.st_size, " bytes, fewer than the ", uint64_t(offset) + take,
+                    " this segment reads (libhdf5 would read the rest as zeros)");
     note_read_file(where);
   }
   if (dcpl >= 0) H5Pclose(dcpl);
-  if (!not_regular.empty()) fail(file, ": ", path, ": stored externally in ", not_regular, ", which is not a regular file");
+  if (!refused.empty()) fail(file, ": ", path, ": stored externally in ", refused);
   if (layout != H5D_COMPACT) return;
-  hid_t type = H5Dget_type(ds.getId());
-  uint64_t need = uint64_t(numel(shape)) * (type >= 0 ? H5Tget_size(type) : 0);
-  if (type >= 0) H5Tclose(type);
   if (uint64_t have = ds.getStorageSize(); have < need)
     fail(file, ": ", path, ": compact storage holds ", have, " bytes, fewer than the ", need, " its shape needs (corrupt file)");
 }
@@ -621,6 +634,9 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
   if (!link_exists(f, file, "/inputs"))
     fail(file, ": /inputs: missing group (expected an mhc case; to diff a dump of stages only, give its inputs: "
          "--input IN.h5; see docs/schema.md)");
+  // the group itself through checked external links: one into a FIFO blocked the opens below
+  if (const H5O_type_t type = object_type(f.getId(), "/inputs"); type != H5O_TYPE_GROUP)
+    fail(file, ": /inputs: ", type == H5O_TYPE_UNKNOWN ? cat("cannot open (", lookup_cause(), ")") : cat("expected a group of inputs, found a ", type == H5O_TYPE_DATASET ? "dataset" : "named datatype"));
   auto where = [&](const Stage& s) { return cat(file, ": ", dataset_path(s), ": "); };
   check_input_names(f, file);
 
