@@ -286,6 +286,24 @@ TEST_SUITE("diff") {
     auto half = test::sh(test::mhc("diff " + dir + "/fwd.h5 " + dir + "/ref.h5"));
     CHECK(half.rc == 0);
     CHECK(half.out.find("missing in A") != std::string::npos);
+    // the verdict line itself says what was not compared (it read "match: 6 stages compared" alone)
+    CHECK(half.out.find("; not compared, missing in A: dh_pre, dh_mix, dinv_rms, dvecX, dx, dphi, dalpha, dbias, dgamma") !=
+          std::string::npos);
+    auto outputs = test::sh(test::mhc("diff " + dir + "/fwd.h5 " + dir + "/ref.h5 --require outputs"));
+    CHECK(outputs.rc == 1);
+    CHECK(outputs.out.find("diverged; required but missing: dx, dphi, dalpha, dbias, dgamma") != std::string::npos);
+    CHECK(test::sh(test::mhc("diff " + dir + "/fwd.h5 " + dir + "/ref.h5 --require forward")).rc == 0);
+    // a case without gradients has no backward to require: --require all judges its forward only
+    Case fo = fwd;
+    for (const std::string& g : gradient_inputs()) fo.t.erase(g);
+    save_case(dir + "/fo.h5", fo);
+    auto fo_all = test::sh(test::mhc("diff " + dir + "/fo.h5 cpu --require all"));
+    CHECK(fo_all.rc == 0);
+    CHECK(fo_all.out.find("required but missing") == std::string::npos);
+    auto typo = test::sh(test::mhc("diff " + dir + "/fo.h5 cpu --require hmix"));
+    CHECK(typo.rc == 2);
+    CHECK(typo.err.find("--require hmix: expected all, forward, backward, outputs, none or computed stages") != std::string::npos);
+    CHECK(typo.err.find("did you mean h_mix?") != std::string::npos);
 
     for (const char* flag : {"", "--ignore-inputs "}) {  // not told to --ignore-inputs, which cannot help
       auto shapes = test::sh(test::mhc(cat("diff ", flag, dir, "/other.h5 ", dir, "/ref.h5")));

@@ -136,6 +136,8 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
     }
     o.accuracy = accuracy_name(rep.verdict == Verdict::match ? worst : Accuracy::diverged);
     if (rep.verdict == Verdict::invalid) o.pattern = rep.verdict_line().substr(std::strlen("invalid: "));
+    if (rep.first_divergent.empty() && !rep.missing_required.empty())  // "diverged; required but missing: dx, .."
+      o.pattern = rep.verdict_line().substr(std::strlen("diverged; "));
     if (std::string f = constant_factor(a, b); !f.empty() && o.first_divergent == "inv_rms") o.pattern = cat("inv_rms: ", f);
     o.passed = rep.match() && o.reason.empty();
   } catch (const std::exception& e) {  // one case's error (a kernel that crashes on a shape) is its failure
@@ -181,7 +183,8 @@ std::vector<std::string> shared_by_failures(const std::vector<Outcome>& all) {
       {"float32 x and dh_in", [](const CheckCase& c) { return c.x_f32; }},
       {"saturating gates", [](const CheckCase& c) { return c.saturating; }},
       {"x scaled far from 1", [](const CheckCase& c) { return c.x_exp != 0; }},
-      {"forward only", [](const CheckCase& c) { return c.forward_only; }}};
+      {"forward only", [](const CheckCase& c) { return c.forward_only; }},
+      {"gradients (a backward)", [](const CheckCase& c) { return !c.forward_only; }}};
   for (int n = 1; n <= 8; ++n) traits.push_back({cat("n = ", n), [n](const CheckCase& c) { return c.prob().n == n; }});
   for (int n = 1; n <= 8; ++n) traits.push_back({cat("n ≠ ", n), [n](const CheckCase& c) { return c.prob().n != n; }});
   std::set<int64_t> Ds;
@@ -240,7 +243,7 @@ std::string json_of(const std::string& backend, const std::string& against, cons
 
 void add_check(CLI::App& app, int& rc) {
   struct Opts {
-    std::string backend, against = "cpu:fp64", cases = "default", only, keep, accept = "fp32", vary;
+    std::string backend, against = "cpu:fp64", cases = "default", only, keep, accept = "fp32", vary, require = "outputs";
     int repeat = 1;
     double timeout = 600;
     bool json = false;
@@ -260,6 +263,9 @@ void add_check(CLI::App& app, int& rc) {
       ->check(CLI::Range(1, 1000000))->capture_default_str();
   sub->add_option("--accept", o->accept, "loosest accuracy class that passes: fp32, tf32 or bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))->capture_default_str();
+  sub->add_option("--require", o->require, "stages each run must give: outputs (h_in, h_post, h_res and, where the case "
+                  "has gradients, dx, dphi, dalpha, dbias, dgamma), all, forward, backward, none or a list; a missing one fails the case")
+      ->capture_default_str();
   sub->add_option("--keep", o->keep, "write the inputs and both runs of every failing case to DIR (for mhc diff)");
   sub->add_option("--timeout", o->timeout, "exec: seconds a command may run")->check(kPositive)
       ->capture_default_str();
@@ -281,6 +287,7 @@ void add_check(CLI::App& app, int& rc) {
         fail("the ", b->name(), " backend is not available: ", why);
     DiffOptions opt;
     opt.accept = parse_accuracy(o->accept);
+    opt.require = parse_require(o->require);
     std::vector<CheckCase> cases, all_cases = check_cases(o->cases);
     if (!o->vary.empty() && !backend.backend->takes_argument)
       fail("--vary ", o->vary, ": the ", backend.name(), " backend reads its environment once, at mhc's start; --vary "

@@ -40,24 +40,6 @@ bool is_backend_side(const std::string& text) {
   return false;
 }
 
-// --require: "all", "forward", "backward" or a comma-separated list of stages.
-std::set<std::string> parse_require(const std::string& text) {
-  std::set<std::string> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t end = std::min(text.find(',', pos), text.size());
-    std::string item = text.substr(pos, end - pos);
-    bool found = false;
-    for (const Stage& s : stage_table()) {
-      if (s.group == Group::inputs) continue;
-      if (item == "all" || item == s.name || item == group_name(s.group)) out.insert(s.name), found = true;
-    }
-    if (!found) fail("--require ", item, ": expected all, forward, backward or computed stages (e.g. h_mix,dphi)");
-    pos = end + 1;
-  }
-  return out;
-}
-
 // --tokens A:B -> [A, B) of the flattened tokens of a T-token case.
 std::pair<int64_t, int64_t> parse_tokens(const std::string& text, int64_t T) {
   long long a, b;
@@ -119,7 +101,7 @@ void add_diff(CLI::App& app, int& rc) {
   sub->add_option("--accept", o->accept, "loosest accuracy class that passes: fp32, tf32 or bf16")
       ->check(CLI::IsMember({"fp32", "tf32", "bf16"}))->capture_default_str();
   sub->add_option("--tokens", o->tokens, "compare tokens A..B-1 only (A:B); sums over tokens are then not compared");
-  sub->add_option("--require", o->require, "stages that must be present: all, forward, backward or a list");
+  sub->add_option("--require", o->require, "stages that must be present on both sides: all, forward, backward, outputs (h_in, h_post, h_res, dx, dphi, dalpha, dbias, dgamma), none, or a list; backward stages only where the inputs have gradients");
   sub->add_option("--tolerance", o->tolerance, "budget (default) or fixed")
       ->check(CLI::IsMember({"budget", "fixed"}))->capture_default_str();
   sub->add_option("--budget-factor", o->factor, "k in: error <= k x plain fp32 error + B's error + floor")

@@ -23,9 +23,9 @@ const std::vector<Stage>& stage_table() {
       {"inv_rms", Group::forward, {tok}, F32, {"x"}, "1/sqrt(mean(x^2)+norm_eps)"},
       {"h_mix", Group::forward, {tok, nmix}, F32, {"x", "gamma", "phi"}, "(x*gamma) phi^T"},
       {"h_pre", Group::forward, {tok, n}, F32, {"h_mix", "inv_rms", "alpha", "bias"}, "sigmoid(..)+hc_eps"},
-      {"h_post", Group::forward, {tok, n}, F32, {"h_mix", "inv_rms", "alpha", "bias"}, "2 sigmoid(..)"},
-      {"h_res", Group::forward, {tok, n, n}, F32, {"h_mix", "inv_rms", "alpha", "bias"}, "res logits"},
-      {"h_in", Group::forward, {tok, d}, B16, {"x", "h_pre"}, "sum_i h_pre[i] x[i,:]"},
+      {"h_post", Group::forward, {tok, n}, F32, {"h_mix", "inv_rms", "alpha", "bias"}, "2 sigmoid(..)", Absent::error, true},
+      {"h_res", Group::forward, {tok, n, n}, F32, {"h_mix", "inv_rms", "alpha", "bias"}, "res logits", Absent::error, true},
+      {"h_in", Group::forward, {tok, d}, B16, {"x", "h_pre"}, "sum_i h_pre[i] x[i,:]", Absent::error, true},
       // backward
       {"dh_pre", Group::backward, {tok, n}, F32, {"dh_in", "x"}, "dh_in . x[i,:]"},
       {"dh_mix", Group::backward, {tok, nmix}, F32,
@@ -34,13 +34,13 @@ const std::vector<Stage>& stage_table() {
        {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms", "alpha", "bias"}, "G . h_mix"},
       {"dvecX", Group::backward, {tok, n, d}, F32, {"dh_mix", "phi"}, "dh_mix phi: gradient of x*gamma"},
       {"dx", Group::backward, {tok, n, d}, B16,
-       {"dvecX", "gamma", "dinv_rms", "inv_rms", "x", "h_pre", "dh_in"}, "gradient of x"},
-      {"dphi", Group::backward, {nmix, k}, F32, {"dh_mix", "x", "gamma"}, "sum_t dh_mix^T (x*gamma)"},
+       {"dvecX", "gamma", "dinv_rms", "inv_rms", "x", "h_pre", "dh_in"}, "gradient of x", Absent::error, true},
+      {"dphi", Group::backward, {nmix, k}, F32, {"dh_mix", "x", "gamma"}, "sum_t dh_mix^T (x*gamma)", Absent::error, true},
       {"dalpha", Group::backward, {three}, F32,
-       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms", "alpha", "bias"}, "sum_t g . t"},
+       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms", "alpha", "bias"}, "sum_t g . t", Absent::error, true},
       {"dbias", Group::backward, {nmix}, F32,
-       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms", "alpha", "bias"}, "sum_t g"},
-      {"dgamma", Group::backward, {n, d}, F32, {"x", "dvecX"}, "sum_t x * dvecX"},
+       {"dh_pre", "dh_post", "dh_res", "h_pre", "h_post", "h_mix", "inv_rms", "alpha", "bias"}, "sum_t g", Absent::error, true},
+      {"dgamma", Group::backward, {n, d}, F32, {"x", "dvecX"}, "sum_t x * dvecX", Absent::error, true},
   };
   return table;
 }

@@ -30,6 +30,7 @@ struct Stage {
   std::vector<const char*> deps;
   const char* what;
   Absent absent = Absent::error;  // inputs: error, all ones (gamma), or no backward (the gradients)
+  bool output = false;            // what the operator returns: h_in, h_post, h_res and the inputs' gradients
 };
 
 const std::vector<Stage>& stage_table();

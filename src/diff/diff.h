@@ -38,7 +38,7 @@ struct DiffOptions {
   std::map<std::string, std::pair<double, double>> per_stage;  // name -> (atol, rtol)
   Accuracy accept = Accuracy::fp32;  // the loosest class that still passes
   int64_t tile = 64;                 // tile size of the pattern summary
-  std::set<std::string> require;     // stages that must be present on both sides
+  std::set<std::string> require;     // stages that must be present on both sides (backward ones: where the case has gradients)
   bool keep_elements = false;        // fill StageReport::elem_error, elem_mask and elem_diff (--dump-diff)
   std::function<void(double)> progress;  // told the fraction of tokens compared, when set
   // What differs between A's and B's /inputs where they are compared anyway (--ignore-inputs),
@@ -125,6 +125,10 @@ struct DiffReport {
   int exit_status() const { return int(verdict); }
   bool match() const { return verdict == Verdict::match; }
 };
+
+// --require's stages: "all", "forward", "backward", "outputs" (h_in, h_post, h_res and the
+// inputs' gradients), "none", or a comma-separated list of computed stages; UserError otherwise.
+std::set<std::string> parse_require(const std::string& text);
 
 // Compares A against the reference B (docs/diff.md): block of kTokenBlock tokens by block,
 // the sums over tokens at the end. Sides and streaming: stream.h.

@@ -523,6 +523,31 @@ void finish_report(DiffReport& rep, const DiffOptions& opt) {
                                                                                 : Verdict::match;
 }
 
+std::set<std::string> parse_require(const std::string& text) {
+  std::set<std::string> out;
+  if (text == "none") return out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = std::min(text.find(',', pos), text.size());
+    std::string item = text.substr(pos, end - pos);
+    bool found = false;
+    for (const Stage& s : stage_table()) {
+      if (s.group == Group::inputs) continue;
+      if (item == "all" || item == s.name || item == group_name(s.group) || (item == "outputs" && s.output))
+        out.insert(s.name), found = true;
+    }
+    if (!found) {
+      const Stage* near = nullptr;  // a computed stage at most two edits away
+      for (const Stage& s : stage_table())
+        if (s.group != Group::inputs && edit_distance(item, s.name) <= 2 && !near) near = &s;
+      fail("--require ", item, ": expected all, forward, backward, outputs, none or computed stages (e.g. h_mix,dphi)",
+           near ? cat("; did you mean ", near->name, "?") : "");
+    }
+    pos = end + 1;
+  }
+  return out;
+}
+
 std::string DiffReport::verdict_line() const {
   if (verdict == Verdict::invalid) {
     std::string why;
@@ -564,7 +589,18 @@ std::string DiffReport::verdict_line() const {
       }
       first = false;
     }
-    return line + ")";
+    line += ")";
+    // stages one side lacks were not compared: a dump without its backward "matched" in silence
+    for (const char* side : {"A", "B"}) {
+      std::string absent;
+      int count = 0;
+      for (auto& s : stages)
+        if (s.status == Status::missing && s.note == cat("missing in ", side))
+          absent += cat(absent.empty() ? "" : ", ", s.name), ++count;
+      if (count)
+        line += cat("; not compared, missing in ", side, ": ", absent, " (--require makes a missing stage a divergence)");
+    }
+    return line;
   }
   std::string line;
   if (!first_divergent.empty()) {
