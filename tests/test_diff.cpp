@@ -300,6 +300,13 @@ TEST_SUITE("diff") {
     auto fo_all = test::sh(test::mhc("diff " + dir + "/fo.h5 cpu --require all"));
     CHECK(fo_all.rc == 0);
     CHECK(fo_all.out.find("required but missing") == std::string::npos);
+    // the eps in the header, and whether they were defaulted (a dump whose /inputs lost them
+    // ran at 1e-6, and a correct kernel run at 1e-2 was blamed at inv_rms with nothing saying why)
+    CHECK(fo_all.out.find("norm_eps 1e-06 hc_eps 1e-06   accept") != std::string::npos);
+    REQUIRE(test::sh(cat(MHC_PYTHON, " -c \"import h5py; f = h5py.File('", dir, "/fo.h5', 'r+'); ",
+                         "del f['inputs'].attrs['hc_eps']\"")).rc == 0);
+    CHECK(test::sh(test::mhc("diff " + dir + "/fo.h5 cpu")).out.find("hc_eps 1e-06 (hc_eps not in /inputs: the default)") !=
+          std::string::npos);
     auto typo = test::sh(test::mhc("diff " + dir + "/fo.h5 cpu --require hmix"));
     CHECK(typo.rc == 2);
     CHECK(typo.err.find("--require hmix: expected all, forward, backward, outputs, none or computed stages") != std::string::npos);

@@ -266,8 +266,16 @@ void add_diff(CLI::App& app, int& rc) {
       std::cout << report_json(rep);
     } else {
       bool colour = isatty(STDOUT_FILENO) && !std::getenv("NO_COLOR");
-      std::cout << "A: " << o->a << "   B (reference): " << o->b << "   " << prob.str() << "   accept "
-                << o->accept << "\n"
+      // the eps the inputs give: a dump whose /inputs lost its attributes ran at the defaults, and a
+      // correct kernel run at other values was blamed at inv_rms with nothing saying why
+      const std::vector<std::string>& dflt = in->head().eps_defaulted;
+      std::string absent;
+      for (const std::string& e : dflt) absent += cat(absent.empty() ? "" : " and ", e);
+      char eps[96];
+      std::snprintf(eps, sizeof eps, "norm_eps %g hc_eps %g", prob.norm_eps, prob.hc_eps);
+      std::cout << "A: " << o->a << "   B (reference): " << o->b << "   " << prob.str() << "   " << eps
+                << (absent.empty() ? "" : cat(" (", absent, " not in /inputs: the default)")) << "   accept " << o->accept
+                << "\n"
                 << report_table(rep, colour);
     }
     flush_stdout();  // before the files: a report that cannot be printed leaves none of them

@@ -18,6 +18,7 @@ struct Case {
   // (shape_mismatch). A chunk holds no tensor of them: its own problem could not tell (a
   // [T,..] dump of a [B,S,..] case)
   std::map<std::string, std::string> misshapen;
+  std::vector<std::string> eps_defaulted;  // norm_eps, hc_eps: absent from the file's /inputs, read as 1e-6
 
   bool has(const std::string& name) const { return t.count(name) != 0; }
   // How stage s (present, or in misshapen) is stored where it cannot be read as the schema's

@@ -703,6 +703,8 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
 
   H5::Group g = f.openGroup("/inputs");
   std::string gw = cat(file, ": /inputs: ");
+  for (const char* eps : {"norm_eps", "hc_eps"})
+    if (!g.attrExists(eps)) c.eps_defaulted.push_back(eps);
   c.prob.norm_eps = read_eps(g, "norm_eps", 1e-6, gw);
   c.prob.hc_eps = read_eps(g, "hc_eps", 1e-6, gw);
   check_eps_placement(f, file);
