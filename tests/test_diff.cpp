@@ -226,6 +226,13 @@ TEST_SUITE("diff") {
     CHECK(test::diff(p.bad, p.ref, fixed).match());
     fixed.rtol = 1e-5;
     CHECK(!test::diff(p.bad, p.ref, fixed).match());
+    // --rtol sets the float32 stages' only: h_in one bf16 ulp off (7.8e-3 relative) keeps bf16's
+    // 1.6e-2 (an rtol of 1e-3 for everything failed a correct kernel's h_in)
+    Planted u;
+    u.bad.t["h_in"].set(0, u.ref.get("h_in").at(0) == 0 ? 1.0 : u.ref.get("h_in").at(0) * (1 + 1.0 / 128));
+    fixed.rtol = 1e-3;
+    CHECK(find(test::diff(u.bad, u.ref, fixed), "h_in").status == Status::ok);
+    CHECK(find(test::diff(u.bad, u.ref, fixed), "h_in").rtol == doctest::Approx(1.6e-2));
     DiffOptions per;
     per.per_stage["dphi"] = {0, 1e-3};
     DiffReport r = test::diff(p.bad, p.ref, per);
@@ -307,6 +314,11 @@ TEST_SUITE("diff") {
                          "del f['inputs'].attrs['hc_eps']\"")).rc == 0);
     CHECK(test::sh(test::mhc("diff " + dir + "/fo.h5 cpu")).out.find("hc_eps 1e-06 (hc_eps not in /inputs: the default)") !=
           std::string::npos);
+    for (const char* alone : {"--atol 1", "--rtol 1"}) {  // without --tolerance fixed they were ignored
+      auto r = test::sh(test::mhc(cat("diff ", dir, "/fo.h5 cpu ", alone)));
+      CHECK(r.rc == 2);
+      CHECK(r.err.find("sets the fixed policy's tolerance; add --tolerance fixed") != std::string::npos);
+    }
     auto typo = test::sh(test::mhc("diff " + dir + "/fo.h5 cpu --require hmix"));
     CHECK(typo.rc == 2);
     CHECK(typo.err.find("--require hmix: expected all, forward, backward, outputs, none or computed stages") != std::string::npos);

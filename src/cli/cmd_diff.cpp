@@ -106,8 +106,8 @@ void add_diff(CLI::App& app, int& rc) {
       ->check(CLI::IsMember({"budget", "fixed"}))->capture_default_str();
   sub->add_option("--budget-factor", o->factor, "k in: error <= k x plain fp32 error + B's error + floor")
       ->check(kPositive)->capture_default_str();
-  sub->add_option("--atol", o->atol, "fixed policy: absolute tolerance (default 1e-5)")->check(kNonNegative);
-  sub->add_option("--rtol", o->rtol, "fixed policy: relative tolerance (default 1.3e-6 for float32 stages, 1.6e-2 for bf16 h_in and dx)")->check(kNonNegative);
+  sub->add_option("--atol", o->atol, "fixed policy: absolute tolerance of the float32 stages (default 1e-5)")->check(kNonNegative);
+  sub->add_option("--rtol", o->rtol, "fixed policy: relative tolerance of the float32 stages (default 1.3e-6; bf16 h_in and dx keep 1.6e-2: --tol h_in=ATOL,RTOL)")->check(kNonNegative);
   sub->add_option("--tol", o->tol, "per-stage fixed tolerance STAGE=ATOL,RTOL (repeatable)");
   sub->add_option("--timeout", o->timeout, "exec: seconds a command may run")->check(kPositive)
       ->capture_default_str();
@@ -132,6 +132,9 @@ void add_diff(CLI::App& app, int& rc) {
   sub->callback([o, sub, &rc] {
     DiffOptions opt;
     opt.fixed = o->tolerance == "fixed";
+    for (const char* name : {"--atol", "--rtol"})
+      if (sub->get_option(name)->count() && !opt.fixed)
+        fail(name, ": sets the fixed policy's tolerance; add --tolerance fixed (or give one stage its own: --tol STAGE=ATOL,RTOL)");
     opt.budget_factor = o->factor, opt.atol = o->atol, opt.rtol = o->rtol, opt.tile = o->tile;
     opt.accept = parse_accuracy(o->accept);
     opt.keep_elements = !o->dump.empty();

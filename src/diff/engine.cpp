@@ -305,8 +305,9 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     auto fixed_tol = opt.per_stage.find(s.name);
     if (opt.fixed || fixed_tol != opt.per_stage.end()) {
       auto [atol, rtol] = fixed_tol != opt.per_stage.end() ? fixed_tol->second : default_tol(s);
-      if (fixed_tol == opt.per_stage.end() && opt.atol >= 0) atol = opt.atol;
-      if (fixed_tol == opt.per_stage.end() && opt.rtol >= 0) rtol = opt.rtol;
+      const bool given = fixed_tol == opt.per_stage.end() && s.dtype != DType::bf16;  // --atol/--rtol: float32 stages
+      if (given && opt.atol >= 0) atol = opt.atol;
+      if (given && opt.rtol >= 0) rtol = opt.rtol;
       // d = 0: equal, NaN against NaN or equal infinities (whose rtol·|y| is NaN)
       r = measure(s.name, ta, tb, err, [&](double d, double y) { return d == 0 || d <= atol + rtol * std::fabs(y) ? 0.0 : 2.0; });
       r.fixed = true, r.atol = atol, r.rtol = rtol, r.limit = 1, r.error = 0;
