@@ -51,6 +51,12 @@ inline CmdResult sh(const std::string& cmd) {
 }
 
 inline std::string mhc(const std::string& args) { return std::string(MHC_BIN) + " " + args; }
+// 'text' for /bin/sh: one word, whatever it holds
+inline std::string shell_quote(const std::string& text) {
+  std::string q = "'";
+  for (char ch : text) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
 
 inline std::string read_bytes(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

@@ -459,6 +459,14 @@ TEST_SUITE("cli") {
     auto d = test::sh(test::mhc("diff 'exec:" + self + "' cpu --input " + b.in));
     CHECK(d.rc == 0);
     CHECK(d.out.find("15 exact") != std::string::npos);
+    // {in} and {out} inside the user's own quotes: the path escaped for them ("{in}" became
+    // "'/tmp/../in.h5'", a name with quotes, and the command failed; review D, session 19)
+    for (const char* quoting : {"\"{in}\" \"{out}\"", "\"$(echo {in})\" '{out}'"}) {
+      CAPTURE(quoting);
+      const std::string q = std::string(MHC_BIN) + " run -q " + quoting;
+      auto qr = test::sh(test::mhc(cat("run -q --force --backend ", test::shell_quote("exec:" + q), " ", b.in, " ", b.out)));
+      CHECK(qr.rc == 0);
+    }
     auto c = test::sh(test::mhc("check 'exec:" + self + "' --against cpu --cases quick"));
     INFO(c.out, c.err);
     CHECK(c.rc == 0);

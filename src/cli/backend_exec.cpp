@@ -33,6 +33,37 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
+// COMMAND with {in} and {out} replaced by their paths, quoted for where each stands: outside
+// quotes as 'path', inside '...' or "..." escaped for that quoting (a user's "{in}" had become
+// "'/tmp/.../in.h5'", a name with quotes in it, and the kernel found no such file).
+std::string substitute(const std::string& command, const std::string& in, const std::string& out) {
+  std::string r;
+  char quote = 0;  // the quoting the scan is inside: 0, '\'' or '"'
+  for (size_t i = 0; i < command.size();) {
+    const bool is_in = command.compare(i, 4, "{in}") == 0, is_out = command.compare(i, 5, "{out}") == 0;
+    if (is_in || is_out) {
+      const std::string& path = is_in ? in : out;
+      if (quote == 0)
+        r += quoted(path);
+      else
+        for (char ch : path)
+          r += quote == '\'' ? (ch == '\'' ? std::string("'\\''") : std::string(1, ch))
+                             : (std::strchr("\"\\$`", ch) ? std::string("\\") + ch : std::string(1, ch));
+      i += is_in ? 4 : 5;
+      continue;
+    }
+    const char ch = command[i];
+    if (ch == '\\' && quote != '\'' && i + 1 < command.size()) {  // an escaped character: no quote
+      r += command.substr(i, 2), i += 2;
+      continue;
+    }
+    if (quote == 0 && (ch == '\'' || ch == '"')) quote = ch;
+    else if (quote == ch) quote = 0;
+    r += ch, ++i;
+  }
+  return r;
+}
+
 // While a command runs, a termination signal must not leave it running nor leave its
 // temporary directory (a full copy of the inputs) behind: for the directory's lifetime the
 // handler of output_file.cpp first runs cleanup(), which kills the command's process group and
@@ -180,7 +211,7 @@ void exec_run(const BackendSpec& spec, Case& c, Pass pass, bool) {
   for (int64_t i = 0; i < gamma.size() && ones; ++i) ones = gamma.at(i) == 1.0;
   if (ones) inputs.t.erase("gamma");
   save_case(in, inputs);
-  run_command(command, replace_all(replace_all(command, "{in}", quoted(in)), "{out}", quoted(out)), spec.timeout);
+  run_command(command, substitute(command, in, out), spec.timeout);
   if (!std::filesystem::exists(out)) fail("exec: '", command, "' exited with status 0 but wrote no {out} file");
   int before = int(c.t.size());
   try {
