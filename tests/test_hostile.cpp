@@ -449,6 +449,10 @@ TEST_SUITE("hostile") {
     h.expect_error("run --backend 'exec:" + std::string(MHC_PYTHON) + " " + nan + " {in} {out}' " + h.in + " " + h.out,
                    {"the outputs your command wrote fail", "h_mix at token 0"});
     h.expect_error("diff " + exec("forward/inv_rms 1 float32") + " cpu --input " + h.in, {"/forward/inv_rms", "as [1]"});
+    // in diff, a command's NaN is a divergence, as in a file (it was exit 2 here, exit 1 as a file)
+    auto dn = test::sh(test::mhc("diff 'exec:" + std::string(MHC_PYTHON) + " " + nan + " {in} {out}' cpu --input " + h.in));
+    CHECK(dn.rc == 1);
+    CHECK(dn.out.find("diverged: first at h_mix") != std::string::npos);
     // check: that case fails with the error; the sweep goes on
     std::ofstream(h.dir + "/cases.txt") << "c1 8,4,8\nc2 16,4,8\n";
     auto r = test::sh(test::mhc("check " + exec("forward/inv_rms 1 float32") + " --cases " + h.dir + "/cases.txt"));

@@ -225,9 +225,12 @@ void add_diff(CLI::App& app, int& rc) {
       std::cerr << "mhc diff: comparing tokens " << t0 << ".." << t1 - 1 << " of " << prob.T()
                 << "; dphi, dalpha, dbias and dgamma (sums over all tokens) are not compared\n";
     }
+    // The golden's outputs that fail (NaN/Inf, an inv_rms of 0) say the inputs are beyond its
+    // arithmetic: an error. Another backend's (cuda, exec) are compared like a file's: a kernel
+    // that wrote NaN has diverged (exit 1; it was exit 2 through exec and 1 as a file).
     auto failed_outputs = [&](const std::string& side, const Case& c) {
       if (std::string at = c.first_failed(); !at.empty() && !o->allow_nonfinite)
-        fail(side, ": the backend's outputs fail, first ", at, "; nothing to compare (--allow-nonfinite compares them anyway)");
+        fail(side, ": the golden's outputs fail, first ", at, "; nothing to compare (--allow-nonfinite compares them anyway)");
     };
     // A backend side: the golden runs chunk by chunk; another backend on the whole case.
     auto backend_side = [&](const std::string& text) -> std::shared_ptr<Side> {
@@ -236,15 +239,15 @@ void add_diff(CLI::App& app, int& rc) {
       if (spec.backend->streams) return cpu_side(in, Arith(spec.prec));
       Case c = whole_inputs(*in);
       run_backend(spec, c, Pass::both, true);
-      failed_outputs(text, c);
       return case_side(std::move(c));
     };
     std::shared_ptr<Side> a = a_backend ? backend_side(o->a) : a_file, b = b_backend ? backend_side(o->b) : b_file;
+    const bool a_golden = a_backend && parse_backend(o->a).backend->streams, b_golden = b_backend && parse_backend(o->b).backend->streams;
 
     // Each block: the golden's outputs are finite, and the inputs of A and B agree.
     auto check = [&](const Case& ab, const Case& bb) {
-      for (auto [side, c, backend] : {std::tuple{&o->a, &ab, a_backend}, std::tuple{&o->b, &bb, b_backend}})
-        if (backend) failed_outputs(*side, *c);
+      for (auto [side, c, golden] : {std::tuple{&o->a, &ab, a_golden}, std::tuple{&o->b, &bb, b_golden}})
+        if (golden) failed_outputs(*side, *c);
       if (!opt.inputs_differ.empty()) return;  // --ignore-inputs, and a difference already known
       if (std::string d = inputs_difference(ab, bb); !d.empty()) {
         const std::string& file = a_backend ? o->b : o->a;
