@@ -412,6 +412,14 @@ TEST_SUITE("hostile") {
     Hostile m("float_layouts_m24");
     m.edit(custom("31, 24, 7, 0, 24", 63, "(1 + 2**-24)"));
     m.expect_error("run --strict " + m.in + " " + m.out, {"/inputs/phi", "not exactly representable in float32"});
+    // an exponent bias of 0 (HDF5's C++ getEbias throws there: "read error ... truncated or corrupt
+    // file?", naming no dataset; review B, session 19): read through float64 as any other layout
+    Hostile z("float_layouts_bias0");
+    z.edit(custom("31, 23, 8, 0, 23", 0, "2.0**-127"));
+    auto zl = test::sh(test::mhc("inspect " + z.in));
+    CHECK(zl.rc == 0);
+    CHECK(zl.out.find("/inputs/phi") != std::string::npos);
+    CHECK(test::sh(test::mhc("run -q " + z.in + " " + z.out)).rc == 0);
   }
 
   TEST_CASE("x whose fp32 sum of squares overflows: an error naming the token and the cause, not an inv_rms of 0") {
