@@ -216,6 +216,11 @@ TEST_SUITE("diff") {
     CHECK(json_string("a\"b\\c\nd\te") == "\"a\\\"b\\\\c\\nd e\"");
     CHECK(json_string("/forward/h_mix_\xc3\xa9") == "\"/forward/h_mix_\xc3\xa9\"");         // é
     CHECK(json_string("/forward/\xff\xc3x\xe2\x82") == "\"/forward/\\u00ff\\u00c3x\\u00e2\\u0082\"");  // not UTF-8
+    // well-formed only (review B, session 19): a surrogate, an overlong form, past U+10FFFF
+    CHECK(json_string("\xed\xa0\x80") == "\"\\u00ed\\u00a0\\u0080\"");
+    CHECK(json_string("\xe0\x80\x80") == "\"\\u00e0\\u0080\\u0080\"");
+    CHECK(json_string("\xf4\x90\x80\x80") == "\"\\u00f4\\u0090\\u0080\\u0080\"");
+    CHECK(json_string("\xf4\x8f\xbf\xbf\xed\x9f\xbf") == "\"\xf4\x8f\xbf\xbf\xed\x9f\xbf\"");  // U+10FFFF, U+D7FF kept
   }
 
   TEST_CASE("fixed tolerance and per-stage overrides") {

@@ -21,6 +21,9 @@ size_t utf8_length(const std::string& s, size_t i) {
   if (len == 0 || i + len > s.size()) return 0;
   for (size_t k = 1; k < len; ++k)
     if ((static_cast<unsigned char>(s[i + k]) >> 6) != 2) return 0;
+  // no overlong forms (E0 80..9F, F0 80..8F), surrogates (ED A0..BF) or code points past U+10FFFF (F4 90..)
+  const unsigned char c1 = len > 1 ? static_cast<unsigned char>(s[i + 1]) : 0;
+  if ((c == 0xe0 && c1 < 0xa0) || (c == 0xed && c1 > 0x9f) || (c == 0xf0 && c1 < 0x90) || (c == 0xf4 && c1 > 0x8f)) return 0;
   return len;
 }
 
