@@ -295,6 +295,16 @@ TEST_SUITE("hostile") {
     CHECK(k.rc == 1);
     CHECK(k.out.find("2 cases: 0 passed, 2 failed") != std::string::npos);
     CHECK(k.out.find("not kept") != std::string::npos);
+    // a name past the file system's 255 bytes: refused before the work (it failed at the end,
+    // moving the finished file into place; review B, session 19)
+    for (const char* cmd : {"gen --shape 8,4,8 ", "run IN "}) {
+      std::string c = cmd;
+      if (size_t at = c.find("IN"); at != std::string::npos) c.replace(at, 2, h.in);
+      auto n = test::sh(test::mhc(c + h.dir + "/" + std::string(300, 'n') + ".h5"));
+      CHECK(n.rc == 2);
+      CHECK(n.err.find("the file name is 303 bytes long, more than the 255 its file system allows") != std::string::npos);
+      CHECK(n.out.find("wrote") == std::string::npos);
+    }
   }
 
 #ifdef __SANITIZE_ADDRESS__

@@ -125,6 +125,11 @@ void check_output_path(const std::string& path, const std::string& in, bool forc
   std::string dir = parent_dir(out);
   struct stat sd;
   if (stat(dir.c_str(), &sd) != 0 || !S_ISDIR(sd.st_mode)) fail(out, ": directory ", dir, " does not exist");
+  // the name itself, which the probe (a temporary name cut short) does not try: one past the file
+  // system's limit failed only when the finished file was moved into place
+  const std::string name = out.substr(out.rfind('/') + 1);
+  if (const long most = pathconf(dir.c_str(), _PC_NAME_MAX); most > 0 && name.size() > size_t(most))
+    fail(out.substr(0, 80), "...: the file name is ", name.size(), " bytes long, more than the ", most, " its file system allows");
   std::string probe = temp_path(out);
   int fd = open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
   if (fd < 0) fail(out, ": cannot create files in ", dir, ": ", std::strerror(errno));
