@@ -419,6 +419,11 @@ TEST_SUITE("cli") {
     CHECK(test::sh(test::mhc("run --backend cpu: a.h5 b.h5")).err.find("expected cpu[:fp32|fp64]") != std::string::npos);
     CHECK(test::sh(test::mhc("check cpu --against nope")).rc == 2);
     CHECK(test::sh(test::mhc("bench --backend 'exec:true {in} {out}'")).err.find("cannot be timed") != std::string::npos);
+    // bench --json is valid JSON whatever --shape holds (a tab, which the parser trims, was copied raw)
+    auto j = test::sh(test::mhc("bench --shape \"$(printf '8\\t,4,16')\" --repeat 2 --warmup 0 --json") + " | " + MHC_PYTHON +
+                      " -c \"import json, sys; print(json.load(sys.stdin)['pass'])\"");
+    CHECK(j.rc == 0);
+    CHECK(j.out == "both\n");
   }
 
   TEST_CASE("exec: a command that fails, hangs, writes nothing, writes garbage or names no file is one clear error") {

@@ -6,6 +6,7 @@
 #include "backends.h"
 #include "commands.h"
 #include "cuda_backend.h"
+#include "diff.h"
 #include "generate.h"
 #include "h5io.h"
 
@@ -49,11 +50,12 @@ void add_bench(CLI::App& app, int& rc) {
     double med = ms.size() % 2 ? ms[ms.size() / 2] : 0.5 * (ms[ms.size() / 2 - 1] + ms[ms.size() / 2]);
     double bytes = min_bytes(p, pass), gbps = bytes / (med * 1e-3) / 1e9;
     if (o->json) {
+      // strings as JSON literals: a tab in --shape (accepted, trimmed by the parser) made it invalid
       std::printf(
-          "{\"backend\": \"%s\", \"device\": \"%s\", \"shape\": \"%s\", \"pass\": \"%s\", \"repeat\": %d, "
+          "{\"backend\": %s, \"device\": %s, \"shape\": %s, \"pass\": %s, \"repeat\": %d, "
           "\"median_ms\": %.4f, \"min_ms\": %.4f, \"max_ms\": %.4f, \"bytes\": %.0f, \"gbps\": %.2f",
-          b.str().c_str(), device.c_str(), o->shape.c_str(), o->pass.c_str(), o->repeat, med, ms.front(),
-          ms.back(), bytes, gbps);
+          json_string(b.str()).c_str(), json_string(device).c_str(), json_string(o->shape).c_str(),
+          json_string(o->pass).c_str(), o->repeat, med, ms.front(), ms.back(), bytes, gbps);
       if (copy_gbps > 0) std::printf(", \"copy_gbps\": %.1f, \"pct_copy_bw\": %.1f", copy_gbps, 100 * gbps / copy_gbps);
       std::printf("}\n");
     } else {
