@@ -510,6 +510,16 @@ TEST_SUITE("cli") {
     auto cpu = test::sh(test::mhc("check cpu --cases quick --vary OMP_NUM_THREADS=1,2"));
     CHECK(cpu.rc == 2);
     CHECK(cpu.err.find("needs an exec backend") != std::string::npos);
+    // one failure whose traits passing cases share: named as such, not as "the failure has D = 8"
+    const std::string dir = test::tmpdir("check_one");
+    std::ofstream(dir + "/cases.txt") << "a 8,4,8\nb 8,4,8\nc 16,4,8\n";
+    const std::string second = cat("exec:n=$(cat ", dir, "/count 2>/dev/null || echo 0); echo $((n + 1)) > ", dir,
+                                   "/count; if [ $n = 1 ]; then echo bad > {out}; else ", MHC_BIN, " run -q {in} {out}; fi");
+    auto one = test::sh(test::mhc("check '" + second + "' --cases " + dir + "/cases.txt --against cpu"));
+    INFO(one.out, one.err);
+    CHECK(one.rc == 1);
+    CHECK(one.out.find("one case failed, b: passing cases share each of its traits") != std::string::npos);
+    CHECK(one.out.find("the failure has") == std::string::npos);
   }
 
   TEST_CASE("check: cases, --only, --json, --keep and a file of cases") {
