@@ -210,6 +210,9 @@ TEST_SUITE("diff") {
     DiffReport u = test::diff(p.ref, typo);
     CHECK(u.verdict == Verdict::invalid);
     CHECK(find(u, "/backward/d_gamma").note == "B: dataset /backward/d_gamma is not in the schema");
+    typo.unknown = {"/forward/t_scaled"};  // nothing near: where the user's own tensors belong
+    CHECK(find(test::diff(p.ref, typo), "/forward/t_scaled").note ==
+          "B: dataset /forward/t_scaled is not in the schema (keep your own tensors in another group, e.g. /extra)");
   }
 
   TEST_CASE("json_string: quotes, control characters, UTF-8 kept, other bytes escaped") {

@@ -68,12 +68,19 @@ TEST_SUITE("diff") {
       INFO(report_table(r, false));
       CHECK(r.root_causes == std::vector<std::string>{"h_in"});
       CHECK(find(r, "h_in").rounding.reason.find(k.reason) != std::string::npos);
+      // as the reference B (mhc diff golden.h5 mine.h5): invalid, naming B's rounding (it matched)
+      DiffReport rev = test::diff(ref, bad);
+      CHECK(rev.verdict == Verdict::invalid);
+      CHECK(rev.reference_wrong == "h_in");
+      CHECK(rev.verdict_line().find("the reference B rounds h_in wrongly (") != std::string::npos);
+      CHECK(rev.verdict_line().find(k.reason) != std::string::npos);
     }
     Case fine = ref;  // fp32 sum then nearest-even: the golden's own rounding, recomputed
     reround_h_in(fine, [](double v) { return bf16_to_float(float_to_bf16(float(v))); });
     DiffReport ok = test::diff(fine, ref);
     CHECK(ok.match());
     CHECK(find(ok, "h_in").rounding.reason.empty());
+    CHECK(test::diff(ref, fine).match());
   }
 
   TEST_CASE("rounding: exact ties rounded away from zero are named; ties to even pass; clustered ties are not judged") {

@@ -332,11 +332,14 @@ void add_check(CLI::App& app, int& rc) {
     if (o->json) {
       std::printf("%s", json_of(backend.str(), against.str(), all, summary).c_str());
     } else {
-      std::printf("%zu cases: %d passed, %zu failed\n", all.size(), passed, all.size() - size_t(passed));
+      std::printf("%zu case%s: %d passed, %zu failed\n", all.size(), all.size() == 1 ? "" : "s", passed,
+                  all.size() - size_t(passed));
       for (auto& s : summary) std::printf("%s\n", s.c_str());
+      std::string dir = o->keep;  // "keep/" printed as "keep//NAME"
+      while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
       if (std::any_of(all.begin(), all.end(), [](const Outcome& r) { return r.kept; }))
-        std::printf("failing cases kept in %s/: mhc diff %s/NAME.a.h5 %s/NAME.ref.h5\n", o->keep.c_str(),
-                    o->keep.c_str(), o->keep.c_str());
+        std::printf("failing cases kept in %s/: NAME.in.h5, and where both runs finished, mhc diff %s/NAME.a.h5 %s/NAME.ref.h5\n",
+                    dir.c_str(), dir.c_str(), dir.c_str());
     }
     rc = passed == int(all.size()) ? 0 : 1;
   });

@@ -163,6 +163,17 @@ void add_diff(CLI::App& app, int& rc) {
     };
     if (!a_backend) a_file = open_file(o->a, o->b, b_backend);
     if (!b_backend) b_file = open_file(o->b, o->a, a_backend);
+    // mhc's own dump as A beside one it did not write as B: B is the reference, and its rounding
+    // and errors are not what is judged (a truncating kernel as B "matched"; review D, session 19)
+    auto by_mhc = [](const std::shared_ptr<Side>& f) {
+      const auto& at = f->head().attrs;
+      auto it = at.find("producer");
+      return it != at.end() && it->second == "mhc";
+    };
+    if (a_file && b_file && by_mhc(a_file) && !by_mhc(b_file))
+      std::cerr << "mhc diff: note: A (" << o->a << ") was written by mhc and B (" << o->b
+                << ") was not; B is the reference, whose own errors are not judged: to check B, put it first (mhc diff "
+                << o->b << " " << o->a << ")\n";
     if (a_file && b_file) {  // two file sides: their /inputs agree, or --ignore-inputs compares them anyway
       const std::string files_differ = heads_difference(a_file->head(), b_file->head());
       const Problem &p = a_file->head().prob, &q = b_file->head().prob;

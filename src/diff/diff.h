@@ -102,6 +102,7 @@ struct StageReport {
   double fp32_error = 0;
   std::string unit;
   Rounding rounding;
+  Rounding reference_rounding;  // B's, the same checks (bf16 stages): a reference that truncates is no reference
   std::vector<AxisRanges> where;  // for diverged and inherited stages
   std::vector<int64_t> first_mismatch;
   std::string pattern;

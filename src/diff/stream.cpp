@@ -298,6 +298,14 @@ void merge(Merged& m, StageReport&& b, const Problem& p, int64_t t0, const Case&
     x.widest = std::max(x.widest, y.widest);
   }
   x.checked = x.checked && y.checked;
+  Rounding &u = r.reference_rounding, &v = b.reference_rounding;  // B's, counted over every block alike
+  if (u.checked && v.checked) {
+    u.differ += v.differ, u.unexplained += v.unexplained, u.ties += v.ties, u.ties_not_even += v.ties_not_even;
+    u.off_fp32 += v.off_fp32;
+    u.toward += v.toward, u.away += v.away, u.elements += v.elements, u.bias_sum += v.bias_sum;
+    u.widest = std::max(u.widest, v.widest);
+  }
+  u.checked = u.checked && v.checked;
 }
 
 // The merged report of a stage, once every block is in.
@@ -306,6 +314,7 @@ StageReport finish_stage(Merged& m, const Problem& p, const DiffOptions& opt) {
   if (!r.compared) return std::move(r);
   r.rel_l2 = rel_l2(r.l2_num, r.l2_den);
   if (r.rounding.checked) explain(r.rounding);
+  if (r.reference_rounding.checked) explain(r.reference_rounding);
   if (m.over_limit) {
     r.rounding.reason.clear();  // values off by more than rounding: that is the news
   } else if (!r.rounding.reason.empty() && !m.rounding_reason) {

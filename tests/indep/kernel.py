@@ -53,6 +53,8 @@ BUGS = {
     "dphi_half": "dphi summed over the first half of the tokens only",
     "dx_no_hpre": "dx misses the h_pre[i] dh_in[d] term",
     "rms_over_D": "inv_rms divides the sum of squares by D instead of n*D",
+    "rms_Km1": "inv_rms divides the sum of squares by K - 1 instead of K (1.2e-4 relative at K = 4096)",
+    "hmix_1e4": "h_mix 1e-4 too large (relative), the stages after it computed from it",
     "dalpha_sign": "dalpha[1] has its sign flipped",
     "n6_index": "n = 6 only: h_post reads its columns of h_mix one to the right (an index bug for one n)",
     "fixed_eps": "norm_eps and hc_eps fixed at 1e-6, the file's attributes ignored",
@@ -170,7 +172,7 @@ def forward(inp, order, gemm, bug):
     vT = v.t().contiguous()  # [K,T]: the reduced axis leads
 
     ss = ordered_sum(order, [vT], lambda a: (a, a), lambda: (v * v).sum(1))  # [T]
-    ms = ss / (D if bug == "rms_over_D" else K)
+    ms = ss / (D if bug == "rms_over_D" else K - 1 if bug == "rms_Km1" else K)
     inv_rms = 1.0 / torch.sqrt(ms + inp["norm_eps"])  # [T]
 
     w = phi if bug == "gamma_fwd" else phi * gamma.reshape(1, K)  # [N,K]: gamma folded into phi
@@ -179,6 +181,8 @@ def forward(inp, order, gemm, bug):
     wT = w[:, :k_used].t().contiguous()  # [k_used,N]
     h_mix = ordered_sum(order, [vT[:k_used], wT], lambda a, b: (a[:, :, None], b[:, None, :]),
                         lambda: v[:, :k_used] @ wT)  # [T,N]
+    if bug == "hmix_1e4":
+        h_mix = h_mix * (1 + 1e-4)
 
     t = h_mix * inv_rms[:, None]  # [T,N]
     z_pre = t[:, :n] * alpha[0] + (bias[n:2 * n] if bug == "pre_bias_post" else bias[:n])

@@ -43,6 +43,11 @@ OUTLIER_CLEAN = [("256,4,2048@outlier", "rev"), ("256,4,2048@outlier", "splitk")
 # +18, -20, +30, +38 (g_post from z in its upper tail: session 18); @satpost: the post gates alone.
 # @eps2: hc_eps = 1e-2 (see BUG_EXTRA).
 SATURATED_CLEAN = [("256,4,1024@sat", "seq"), ("256,4,1024@sat", "blas"), ("256,4,1024@satall", "rev")]
+# @pad: x = 0 on the last eighth of the tokens (right padding: inv_rms = 1/sqrt(norm_eps) = 1000
+# there); @big: token 0's x times 64 (a token of massive activations). With the block's RMS as
+# every token's unit, the others' limits were as loose as these tokens' errors (session 19).
+UNEVEN_CLEAN = [("256,4,1024@pad", "seq"), ("256,4,1024@pad", "blas"), ("2,128,4,512@pad", "tile64"),
+                ("256,4,1024@big", "rev"), ("256,4,1024@big", "splitk"), ("3,4,1024@pad", "seq")]
 BUG_SHAPE = "1024,4,1000"  # T = 1024 (late_tokens), K % 64 = 32 (tail_tile)
 TIES_SHAPE = "2048,4,4096"  # enough values of h_in near bf16 ties for double rounding
 # Not here: h_in rounded half away from zero. mhc names it only where A's values off the ties are
@@ -208,7 +213,8 @@ def contract(rc, report):
 # ---------------------------------------------------------------- the cases
 
 def clean_cases(quick):
-    pairs = (QUICK_CLEAN if quick else [(s, o) for s in CLEAN_SHAPES for o in ORDERS]) + OUTLIER_CLEAN + SATURATED_CLEAN
+    pairs = ((QUICK_CLEAN if quick else [(s, o) for s in CLEAN_SHAPES for o in ORDERS]) + OUTLIER_CLEAN + SATURATED_CLEAN
+             + UNEVEN_CLEAN)
     return [Case(f"clean {o} {s} vs {ref}", s, ["--order", o], ref=ref,
                  checks=[exit_is(0), field_is("verdict", "match")])
             for s, o in pairs for ref in ("cpu", "cpu:fp64")]
@@ -257,7 +263,9 @@ def bug_cases(quick):
     # a gate pushed into a tail that its z is not in (a bias of the other, saturated slice): the
     # stages after it follow the kernel's own gate, so they are inherited (the replay took g from
     # z: they were called introduced, session 18's review)
-    for bug, stage, shape in (("post_bias_pre", "h_post", "256,4,1024@sat"), ("pre_bias_post", "h_pre", "256,4,1024@satpost")):
+    for bug, stage, shape in (("post_bias_pre", "h_post", "256,4,1024@sat"), ("pre_bias_post", "h_pre", "256,4,1024@satpost"),
+                              ("rms_Km1", "inv_rms", "256,4,1024@pad"), ("rms_Km1", "inv_rms", "2,128,4,512@pad"),
+                              ("hmix_1e4", "h_mix", "256,4,1024@big")):
         cases.append(Case(f"bug {bug} (seq) {shape}", shape, ["--order", "seq", "--bug", bug],
                           checks=[exit_is(1), field_is("verdict", "diverged"), first_is(stage), root_has(stage),
                                   none_diverged_but(stage)]))
@@ -287,10 +295,12 @@ def swapped_cases(quick):
     cases = [Case(f"swapped: clean {o} {s} as B vs {a}", s, ["--order", o], ref=a, swap=True,
                   checks=[exit_is(0), field_is("verdict", "match")])
              for s, o in clean for a in ("cpu", "cpu:fp64")]
+    # trunc_h_in: within every limit as B (truncation moves a value under one ulp); named by B's
+    # rounding check (session 19: it matched)
     root = {"gamma_fwd": "h_mix", "late_tokens": "h_pre", "dh_res_T": "dh_mix", "dphi_half": "dphi",
-            "dalpha_sign": "dalpha", "dx_no_hpre": "dx"}
+            "dalpha_sign": "dalpha", "dx_no_hpre": "dx", "trunc_h_in": "h_in"}
     for i, (bug, stage) in enumerate(root.items()):
-        if quick and i % 2:
+        if quick and i % 2 and bug != "trunc_h_in":
             continue
         cases.append(Case(f"swapped: bug {bug} as B", BUG_SHAPE, ["--order", ORDERS[i % len(ORDERS)], "--bug", bug],
                           swap=True, checks=[exit_is(2), field_is("verdict", "invalid"), field_is("reference_wrong", stage)]))
@@ -360,6 +370,15 @@ class Runner:
                 if edit != "sat":
                     b[n:2 * n] = [(18.0, -20.0, 30.0, 38.0)[i % 4] for i in range(n)]
                 f["inputs/bias"][...] = b
+        if fresh and made[1] is None and edit in ("pad", "big"):
+            with h5py.File(path, "r+") as f:
+                x = f["inputs/x"]
+                v = x[()].reshape(-1, *x.shape[-2:])  # tokens flat
+                if edit == "pad":
+                    v[v.shape[0] - max(1, v.shape[0] // 8):] = 0
+                else:
+                    v[0] *= 64  # exact in bf16
+                x[...] = v.reshape(x.shape)
         if fresh and made[1] is None and edit == "eps2":
             with h5py.File(path, "r+") as f:
                 f["inputs"].attrs["hc_eps"] = 1e-2
