@@ -130,6 +130,12 @@ TEST_SUITE("hdf5") {
       CHECK(r.err.find(why) != std::string::npos);
       CHECK(test::sh(cat("ls -a ", dir, " | grep -c tmp")).out == "0\n");
     }
+    // inspect lists such a dataset as not read and the rest of the file (it refused the whole
+    // file over one user dataset that run and diff ignore; review B, session 19)
+    auto listed = test::sh("timeout 20 " + test::mhc(cat("inspect ", dir, "/vds.h5")));
+    CHECK(listed.rc == 0);
+    CHECK(listed.out.find("(not read: a virtual dataset") != std::string::npos);
+    CHECK(listed.out.find("/inputs/phi") != std::string::npos);
   }
 
   TEST_CASE("/inputs as an external link into a FIFO: refused, not waited on (review B, session 19)") {

@@ -22,7 +22,9 @@ void add_inspect(CLI::App& app, int& rc) {
                 "nan", "inf");
     for (const DatasetInfo& d : datasets) {
       std::printf("%-22s %-16s %-9s", one_line(d.path).c_str(), shape_str(d.shape).c_str(), one_line(d.type).c_str());
-      if (d.has_stats) {
+      if (!d.unread.empty()) {
+        std::printf("  (not read: %s)", one_line(d.unread).c_str());
+      } else if (d.has_stats) {
         const Stats& s = d.stats;
         std::printf(" %12.5g %12.5g %12.5g %8lld %8lld", s.min, s.max, s.mean, (long long)s.nan, (long long)s.inf);
       } else if (d.is_float && !d.written) {

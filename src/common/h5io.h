@@ -138,6 +138,7 @@ struct DatasetInfo {
   bool partly = false;     // some chunks never written (statistics would be mostly of fill values)
   bool has_stats = false;  // wholly written float datasets up to kInspectMaxElements, read in slabs
   Stats stats;
+  std::string unread;  // why it could not be listed (a virtual dataset, rank 10, 2^62 elements...); "" when listed
 };
 constexpr int64_t kInspectMaxElements = int64_t(1) << 28;
 // Every dataset of any HDF5 file; `attrs`, when given, receives the root's string attributes.
