@@ -236,6 +236,17 @@ struct Merged {
   std::unique_ptr<HeatBinner> heat;
 };
 
+// A block's rounding counts added to the stage's so far.
+void add_rounding(Rounding& x, const Rounding& y) {
+  if (x.checked && y.checked) {
+    x.differ += y.differ, x.unexplained += y.unexplained, x.ties += y.ties, x.ties_not_even += y.ties_not_even;
+    x.off_fp32 += y.off_fp32;
+    x.toward += y.toward, x.away += y.away, x.elements += y.elements, x.bias_sum += y.bias_sum;
+    x.widest = std::max(x.widest, y.widest);
+  }
+  x.checked = x.checked && y.checked;
+}
+
 // Adds block report b (tokens t0.. of a case of problem p) to m.
 void merge(Merged& m, StageReport&& b, const Problem& p, int64_t t0, const Case& ab, const DiffOptions& opt) {
   if (!m.where && b.compared) {
@@ -290,22 +301,8 @@ void merge(Merged& m, StageReport&& b, const Problem& p, int64_t t0, const Case&
     r.error = b.error, r.limit = b.limit, r.reference_error = b.reference_error;
     r.class_limit = b.class_limit, r.class_error = b.class_error;
   }
-  Rounding &x = r.rounding, &y = b.rounding;
-  if (x.checked && y.checked) {
-    x.differ += y.differ, x.unexplained += y.unexplained, x.ties += y.ties, x.ties_not_even += y.ties_not_even;
-    x.off_fp32 += y.off_fp32;
-    x.toward += y.toward, x.away += y.away, x.elements += y.elements, x.bias_sum += y.bias_sum;
-    x.widest = std::max(x.widest, y.widest);
-  }
-  x.checked = x.checked && y.checked;
-  Rounding &u = r.reference_rounding, &v = b.reference_rounding;  // B's, counted over every block alike
-  if (u.checked && v.checked) {
-    u.differ += v.differ, u.unexplained += v.unexplained, u.ties += v.ties, u.ties_not_even += v.ties_not_even;
-    u.off_fp32 += v.off_fp32;
-    u.toward += v.toward, u.away += v.away, u.elements += v.elements, u.bias_sum += v.bias_sum;
-    u.widest = std::max(u.widest, v.widest);
-  }
-  u.checked = u.checked && v.checked;
+  add_rounding(r.rounding, b.rounding);
+  add_rounding(r.reference_rounding, b.reference_rounding);  // B's, counted over every block alike
 }
 
 // The merged report of a stage, once every block is in.
