@@ -35,36 +35,17 @@ void on_signal(int sig) {
   _exit(128 + sig);
 }
 
-// The files inputs read, by name, with what they were when first opened: compared by (device,
-// inode) when an output is checked, so that a file removed since (a check case's temporary) and
-// its inode reused is no match.
-struct ReadFile {
-  std::string path;
-  struct stat at_open;
-};
-std::vector<ReadFile> g_read;
+// The files inputs read, by name: compared by (device, inode) when an output is checked, so that
+// a file removed since (a check case's temporary) and its inode reused is no match.
+std::vector<std::string> g_read;
 
 void refuse_read_file(const std::string& out) {
   struct stat so, sr;
   if (stat(out.c_str(), &so) == 0)
-    for (const ReadFile& read : g_read)
-      if (stat(read.path.c_str(), &sr) == 0 && so.st_dev == sr.st_dev && so.st_ino == sr.st_ino)
-        fail(out, ": an input reads this file (", read.path,
+    for (const std::string& read : g_read)
+      if (stat(read.c_str(), &sr) == 0 && so.st_dev == sr.st_dev && so.st_ino == sr.st_ino)
+        fail(out, ": an input reads this file (", read,
              ", itself or through an external link or external storage); refusing to overwrite it");
-}
-
-// A file read that changed in place since it was opened (truncated while run read it: the
-// missing tokens read as zeros, and the output was written, exit 0). One removed or replaced
-// since (a check case's temporary) was read whole before.
-void refuse_changed_inputs(const std::string& out) {
-  struct stat now;
-  for (const ReadFile& read : g_read) {
-    const struct stat& was = read.at_open;
-    if (stat(read.path.c_str(), &now) != 0 || now.st_dev != was.st_dev || now.st_ino != was.st_ino) continue;
-    if (now.st_size != was.st_size || now.st_mtim.tv_sec != was.st_mtim.tv_sec || now.st_mtim.tv_nsec != was.st_mtim.tv_nsec)
-      fail(read.path, ": changed while mhc read it (", was.st_size, " bytes then, ", now.st_size,
-           " now); ", out, " not written");
-  }
 }
 
 std::string parent_dir(const std::string& path) {
@@ -104,9 +85,8 @@ void refuse_special(const std::string& out) {
 
 void note_read_file(const std::string& path) {
   struct stat st;
-  if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
-      std::none_of(g_read.begin(), g_read.end(), [&](const ReadFile& r) { return r.path == path; }))
-    g_read.push_back({path, st});
+  if (stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && std::find(g_read.begin(), g_read.end(), path) == g_read.end())
+    g_read.push_back(path);
 }
 
 void check_output_path(const std::string& path, const std::string& in, bool force) {
@@ -180,7 +160,6 @@ void OutputFile::commit() {
     fail(path_, ": the temporary file ", temp_, " was removed or replaced while it was written; nothing written");
   refuse_special(path_);
   refuse_read_file(path_);
-  refuse_changed_inputs(path_);
   int rc;
   if (replace_) {
     rc = rename(temp_.c_str(), path_.c_str());
