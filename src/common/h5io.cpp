@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -346,9 +347,10 @@ void check_storage(const H5::DataSet& ds, const Shape& shape, const std::string&
     const std::string where = external_path(name, file), given = name;
     const uint64_t take = std::min<uint64_t>(left, size);
     left -= take;
+    const std::filesystem::path parts(given);
+    const bool above = std::any_of(parts.begin(), parts.end(), [](const std::filesystem::path& c) { return c == ".."; });
     struct stat st;
-    if (given.empty() || given[0] == '/' || given == ".." || given.rfind("../", 0) == 0 || given.find("/../") != std::string::npos ||
-        (given.size() >= 3 && given.compare(given.size() - 3, 3, "/..") == 0))
+    if (given.empty() || given[0] == '/' || above)
       refused = cat(where, " (not read: external raw storage must be a relative name below the working directory or "
                            "HDF5_EXTFILE_PREFIX, not ", given.empty() ? "empty" : given[0] == '/' ? "absolute" : "above it",
                     ": a case file could copy any file into its outputs)");
@@ -636,7 +638,9 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
          "--input IN.h5; see docs/schema.md)");
   // the group itself through checked external links: one into a FIFO blocked the opens below
   if (const H5O_type_t type = object_type(f.getId(), "/inputs"); type != H5O_TYPE_GROUP)
-    fail(file, ": /inputs: ", type == H5O_TYPE_UNKNOWN ? cat("cannot open (", lookup_cause(), ")") : cat("expected a group of inputs, found a ", type == H5O_TYPE_DATASET ? "dataset" : "named datatype"));
+    fail(file, ": /inputs: ",
+         type == H5O_TYPE_UNKNOWN ? cat("cannot open (", lookup_cause(), ")")
+                                  : cat("expected a group of inputs, found a ", type == H5O_TYPE_DATASET ? "dataset" : "named datatype"));
   auto where = [&](const Stage& s) { return cat(file, ": ", dataset_path(s), ": "); };
   check_input_names(f, file);
 
@@ -1200,7 +1204,6 @@ std::vector<DatasetInfo> list_datasets(const std::string& path, std::map<std::st
   }
   return out;
 }
-
 
 void check_memory(const std::string& where, const Problem& p, double need) {
   if (need > double(memory_limit()))

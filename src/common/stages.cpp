@@ -72,14 +72,18 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   return row[b.size()];
 }
 
-std::string suggest_stage(const std::string& path) {
-  std::string name = path.substr(path.rfind('/') + 1);
+const Stage* nearest_stage(const std::string& name, bool computed) {
   const Stage* best = nullptr;
   size_t best_d = 3;  // at most two edits away
   for (auto& s : stage_table()) {
     size_t d = edit_distance(name, s.name);
-    if (d < best_d) best = &s, best_d = d;
+    if (d < best_d && !(computed && s.group == Group::inputs)) best = &s, best_d = d;
   }
+  return best;
+}
+
+std::string suggest_stage(const std::string& path) {
+  const Stage* best = nearest_stage(path.substr(path.rfind('/') + 1));
   return best ? cat("did you mean ", dataset_path(*best), "?") : "";
 }
 

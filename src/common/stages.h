@@ -40,6 +40,9 @@ const Stage& shape_input();  // the input whose shape gives the problem: x, [T,n
 
 // For a dataset path that names no stage: "did you mean /forward/h_mix?", or "" when nothing is close.
 std::string suggest_stage(const std::string& path);
+// The stage named within two edits (any case) of `name`, the nearest; computed stages only
+// with `computed`; nullptr when none is that near.
+const Stage* nearest_stage(const std::string& name, bool computed = false);
 size_t edit_distance(const std::string& a, const std::string& b);  // Levenshtein, any case
 // A top-level group named within two edits (any case) of /inputs, /forward or /backward but
 // not one of them: "/foward", "/Backward". Its datasets are a misspelling, not the user's own.

@@ -475,7 +475,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     };
     rounding_ok(opt.accept);
     if (bf) r.rounding = rounding[opt.accept];
-    if (bf) {
+    if (bf && bf16_valued(tb)) {  // not the two replays for a B that keeps h_in and dx unrounded (cpu:fp64)
       // B's rounding, as A's: with golden.h5 first and a kernel's truncated h_in as B, it matched.
       // The error before rounding that explains a flip: the whole plain evaluation's, since B's
       // upstream stages it does not hold are the oracle's in the replay
@@ -585,9 +585,7 @@ std::set<std::string> parse_require(const std::string& text) {
         out.insert(s.name), found = true;
     }
     if (!found) {
-      const Stage* near = nullptr;  // a computed stage at most two edits away
-      for (const Stage& s : stage_table())
-        if (s.group != Group::inputs && edit_distance(item, s.name) <= 2 && !near) near = &s;
+      const Stage* near = nearest_stage(item, true);
       fail("--require ", item, ": expected all, forward, backward, outputs, none or computed stages (e.g. h_mix,dphi)",
            near ? cat("; did you mean ", near->name, "?") : "");
     }

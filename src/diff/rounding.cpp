@@ -20,18 +20,21 @@ double from_ordinal(int o) { return bf16_to_float(bf16{uint16_t(o < 0 ? 0x8000 |
 
 }  // namespace
 
+bool bf16_valued(const Tensor& a) {
+  if (a.dtype == DType::bf16) return true;
+  int64_t wider = 0;  // stored wider: is every value a bf16 value?
+  visit(a, [&](auto p) {
+#pragma omp parallel for schedule(static) reduction(+ : wider)
+    for (int64_t i = 0; i < a.size(); ++i)
+      if (double v = as_double(p[i]); std::isfinite(v) && as_bf16(v) != v) ++wider;
+  });
+  return wider == 0;
+}
+
 Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, double tau, std::vector<uint8_t>& bad) {
   Rounding r;
   bad.assign(size_t(a.size()), 0);
-  if (a.dtype != DType::bf16) {  // stored wider: is every value a bf16 value?
-    int64_t wider = 0;
-    visit(a, [&](auto p) {
-#pragma omp parallel for schedule(static) reduction(+ : wider)
-      for (int64_t i = 0; i < a.size(); ++i)
-        if (double v = as_double(p[i]); std::isfinite(v) && as_bf16(v) != v) ++wider;
-    });
-    if (wider) return r;  // not rounded to bf16: nothing to check
-  }
+  if (!bf16_valued(a)) return r;  // not rounded to bf16: nothing to check
   r.checked = true;
   const double rms = finite_rms(exact);
   int64_t toward = 0, away = 0, ties = 0, not_even = 0, off_fp32 = 0, differ = 0, unexplained = 0;

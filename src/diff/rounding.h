@@ -16,6 +16,10 @@ constexpr double kUlpFloor = 1.0 / 64;
 // Smallest error before rounding, in ulps, that is always allowed to flip a rounding.
 constexpr double kTieFloorUlp = 1.0 / 1024;
 
+// Whether every finite value of a is a bf16 value (stored as bf16, or wider); check_rounding
+// judges only such values.
+bool bf16_valued(const Tensor& a);
+
 // a: A's stored values; exact: the stage recomputed in fp64 from A's own upstream tensors;
 // fp32: the same recomputed in fp32 and left unrounded, to find A's exact ties; tau: the
 // largest error before rounding the arithmetic explains, in ulps of `exact`. Marks in `bad`
