@@ -202,6 +202,35 @@ TEST_SUITE("hdf5") {
     CHECK(r.rc == 1);  // inv_rms of all-ones x is about 1, not the dump's 2: diverged, and in time
   }
 
+  TEST_CASE("a file changed in place between two reads of its tokens: an error naming it, not zeros (review B, session 19)") {
+    const std::string dir = test::tmpdir("changed"), f = dir + "/in.h5";
+    save_case(f, test::golden(parse_shape("8,4,16"), 11, Precision::fp32, false).inputs_only());
+    const auto size = std::filesystem::file_size(f);
+    for (bool shrink : {false, true}) {
+      CAPTURE(shrink);
+      CaseReader r(f, LoadOptions{}, false);
+      CHECK(r.chunk(0, 4).get("x").size() == 4 * 4 * 16);
+      // another program appends to the file (its data intact) or truncates it (the tokens after
+      // the cut would read as zeros)
+      std::filesystem::resize_file(f, shrink ? size - 1 : size + 1);
+      bool refused = false;
+      try {
+        r.chunk(4, 8);
+      } catch (const UserError& e) {
+        refused = true;
+        CHECK(std::string(e.what()).find(f + ": ") == 0);
+        if (!shrink) CHECK(std::string(e.what()).find("changed while mhc read it") != std::string::npos);
+      }
+      CHECK(refused);
+      std::filesystem::resize_file(f, size);
+    }
+    // a file replaced by another (a rename over it) is no change: the open one is still read whole
+    CaseReader r(f, LoadOptions{}, false);
+    save_case(dir + "/new.h5", test::golden(parse_shape("8,4,16"), 12, Precision::fp32, false).inputs_only());
+    std::filesystem::rename(dir + "/new.h5", f);
+    CHECK(r.chunk(0, 8).get("x").size() == 8 * 4 * 16);
+  }
+
   TEST_CASE("an eps attribute above 1: exit 2 before any work") {
     const std::string dir = test::tmpdir("eps_range");
     save_case(dir + "/in.h5", test::golden(parse_shape("8,4,8"), 7, Precision::fp32, false).inputs_only());

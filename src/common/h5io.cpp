@@ -815,10 +815,25 @@ void write_str_attr(H5::H5Object& o, const std::string& key, const std::string& 
 }  // namespace
 
 struct CaseReader::Impl {
-  Impl(const std::string& p, const LoadOptions& o) : path(p), opt(o), f(open_h5(p)) {}
+  Impl(const std::string& p, const LoadOptions& o) : path(p), opt(o), f(open_h5(p)) {
+    if (stat(path.c_str(), &opened) != 0) fail(path, ": cannot stat: ", std::strerror(errno));
+  }
+  // A file changed in place while it is read (truncated by another program: libhdf5 reads the
+  // missing tokens as zeros, and the output was written, exit 0): checked after every read, so
+  // that nothing built from it is written.
+  void unchanged() const {
+    struct stat now;
+    if (stat(path.c_str(), &now) != 0 || now.st_ino != opened.st_ino || now.st_dev != opened.st_dev)
+      return;  // removed, or replaced by another file: the open one still holds what it held
+    if (now.st_size != opened.st_size || now.st_mtim.tv_sec != opened.st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != opened.st_mtim.tv_nsec)
+      fail(path, ": changed while mhc read it (", opened.st_size, " bytes when opened, ", now.st_size,
+           " now); nothing written");
+  }
   std::string path;
   LoadOptions opt;
   H5::H5File f;
+  struct stat opened{};
   std::vector<TokenDataset> tok;
   std::set<std::string> warned;  // inputs whose rounding was reported already
 };
@@ -839,6 +854,7 @@ CaseReader::CaseReader(const std::string& path, const LoadOptions& opt, bool out
   } catch (const H5::Exception& e) {
     fail(path, ": read error in ", e.getFuncName(), " (truncated or corrupt file?)");
   }
+  m.unchanged();
 }
 
 CaseReader::~CaseReader() {
@@ -882,6 +898,7 @@ Case CaseReader::read(int64_t t0, int64_t t1, bool whole) {
   } catch (const H5::Exception& e) {
     fail(m.path, ": read error in ", e.getFuncName(), " (", h5_cause(), ")");
   }
+  m.unchanged();
   return c;
 }
 
