@@ -557,6 +557,15 @@ TEST_SUITE("cli") {
     CHECK(k.rc == 1);
     CHECK(std::filesystem::exists(dir + "/new/kept/_.._esc@V=x_y.in.h5"));
     CHECK(!std::filesystem::exists(dir + "/new/esc@V=x_y.in.h5"));
+    // a file of cases in DIR named as a failing case's kept inputs is not replaced by them (it
+    // was, review B, session 20): that case's files are not kept, and the reason says why
+    std::filesystem::create_directories(dir + "/kc");
+    std::ofstream(dir + "/kc/c1.in.h5") << "c1 4,2,8\n";
+    auto kc = test::sh("cd " + dir + "/kc && " + test::mhc("check 'exec:false {in} {out}' --cases c1.in.h5 --keep ."));
+    CHECK(kc.rc == 1);
+    CHECK(test::read_bytes(dir + "/kc/c1.in.h5") == "c1 4,2,8\n");
+    CHECK(kc.out.find("not kept: ./c1.in.h5: an input reads this file") != std::string::npos);
+    CHECK(kc.out.find(": 1 case (c1.in.h5)") != std::string::npos);
     for (const char* e : {"x_exp=zz", "x_exp=99999999999", "x_exp=51", "x_exp=-51", "x_exp=", "x_exp=3x"}) {
       CAPTURE(e);
       std::ofstream(dir + "/exp.txt") << "odd 5,3,7 " << e << "\n";

@@ -162,13 +162,20 @@ TEST_SUITE("hdf5") {
     // outputs; a file shorter than its segment read as zeros, silently (review B, session 19)
     const std::string dir = test::tmpdir("external_raw");
     save_case(dir + "/in.h5", test::golden(parse_shape("8,4,8"), 5, Precision::fp32, false).inputs_only());
-    REQUIRE(test::sh(cat("cd ", dir, " && head -c 10 /dev/urandom > short.bin && ", MHC_PYTHON, " -c \"import h5py, shutil\n",
-                         "for k, name, size in (('abs', '/etc/hostname', 12), ('up', '../x.bin', 12), ('short', 'short.bin', 12)):\n",
+    // through a symbolic link beside the case (./link.bin -> /etc/hostname, ./etc -> /etc), the
+    // same (review B, session 20); a link that stays in the directory is read
+    REQUIRE(test::sh(cat("cd ", dir, " && head -c 10 /dev/urandom > short.bin && head -c 12 /dev/urandom > data.bin && ",
+                         "ln -s /etc/hostname link.bin && ln -s /etc etc && ln -s data.bin inside.bin && ", MHC_PYTHON,
+                         " -c \"import h5py, shutil\n",
+                         "for k, name, size in (('abs', '/etc/hostname', 12), ('up', '../x.bin', 12), ('short', 'short.bin', 12),\n",
+                         "                      ('link', 'link.bin', 12), ('dirlink', 'etc/hostname', 12), ('inside', 'inside.bin', 12)):\n",
                          "    shutil.copy('in.h5', k + '.h5'); f = h5py.File(k + '.h5', 'r+'); del f['inputs/alpha']\n",
                          "    f.create_dataset('inputs/alpha', (3,), 'f4', external=[(name, 0, size)]); f.close()\"")).rc == 0);
     for (auto [k, why] : {std::pair{"abs", "/etc/hostname (not read: external raw storage must be a relative name"},
                           std::pair{"up", "../x.bin (not read: external raw storage must be a relative name"},
-                          std::pair{"short", "short.bin, which holds 10 bytes, fewer than the 12 this segment reads"}}) {
+                          std::pair{"short", "short.bin, which holds 10 bytes, fewer than the 12 this segment reads"},
+                          std::pair{"link", "link.bin (not read: through a symbolic link it leads to /etc/hostname, outside the working directory"},
+                          std::pair{"dirlink", "etc/hostname (not read: through a symbolic link it leads to /etc/hostname, outside"}}) {
       CAPTURE(k);
       auto r = test::sh(cat("cd ", dir, " && ", test::mhc(cat("run -q ", k, ".h5 out.h5"))));
       CHECK(r.rc == 2);
@@ -176,6 +183,7 @@ TEST_SUITE("hdf5") {
       CHECK(r.err.find(why) != std::string::npos);
       CHECK(!std::filesystem::exists(dir + "/out.h5"));
     }
+    CHECK(test::sh(cat("cd ", dir, " && ", test::mhc("run -q inside.h5 out.h5"))).rc == 0);
   }
 
   TEST_CASE("x stored as one gzip chunk of 2^20 tokens: inflated once, not once for every block of tokens") {

@@ -7,6 +7,7 @@
 
 #include "generate.h"
 #include "h5io.h"
+#include "output_file.h"
 
 namespace mhc {
 
@@ -94,6 +95,7 @@ std::vector<CheckCase> file_cases(const std::string& path) {
     fail("--cases ", path, ": expected quick, default, full or a regular file of cases (at most 1 MiB)");
   std::ifstream f(path);
   if (!f) fail("--cases ", path, ": expected quick, default, full or a readable file of cases");
+  note_read_file(path);  // --keep's files never replace it (a case named c1.in.h5 did)
   std::vector<CheckCase> cs;
   std::string line;
   for (int no = 1; std::getline(f, line); ++no) {

@@ -319,8 +319,8 @@ void add_check(CLI::App& app, int& rc) {
     if (std::error_code ec; !o->keep.empty() && (std::filesystem::create_directories(o->keep, ec), ec))
       fail("--keep ", o->keep, ": cannot create the directory: ", ec.message());
     if (!o->json)
-      std::printf("mhc check %s against %s: %zu cases (%s)\n", backend.str().c_str(), against.str().c_str(), cases.size(),
-                  o->cases.c_str());
+      std::printf("mhc check %s against %s: %zu case%s (%s)\n", backend.str().c_str(), against.str().c_str(), cases.size(),
+                  cases.size() == 1 ? "" : "s", o->cases.c_str());
     std::vector<Outcome> all;
     for (const CheckCase& c : cases) {
       all.push_back(check_one(c, backend, against, o->repeat, opt, o->keep));

@@ -290,7 +290,7 @@ void add_diff(CLI::App& app, int& rc) {
       for (const std::string& e : dflt) absent += cat(absent.empty() ? "" : " and ", e);
       char eps[96];
       std::snprintf(eps, sizeof eps, "norm_eps %g hc_eps %g", prob.norm_eps, prob.hc_eps);
-      std::cout << "A: " << o->a << "   B (reference): " << o->b << "   " << prob.str() << "   " << eps
+      std::cout << "A: " << one_line(o->a) << "   B (reference): " << one_line(o->b) << "   " << prob.str() << "   " << eps
                 << (absent.empty() ? "" : cat(" (", absent, " not in /inputs: the default)")) << "   accept " << o->accept
                 << "\n"
                 << report_table(rep, colour);

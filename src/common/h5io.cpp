@@ -292,13 +292,30 @@ H5::DataSet open_dataset(const H5::H5File& f, const std::string& file, const std
 // Where libhdf5 reads external raw storage `name` from (libhdf5 1.10, H5D__build_file_prefix):
 // under HDF5_EXTFILE_PREFIX where set (${ORIGIN}: the file's directory), else as given, a
 // relative name from the working directory.
-std::string external_path(const std::string& name, const std::string& file) {
+// The directory external raw storage named `name` (relative) is read below: HDF5_EXTFILE_PREFIX
+// (its ${ORIGIN} the directory of `file`), else the working directory.
+std::string external_dir(const std::string& file) {
   const char* env = std::getenv("HDF5_EXTFILE_PREFIX");
-  if (name.empty() || name[0] == '/' || !env || !*env) return name;
+  if (!env || !*env) return ".";
   std::string prefix = env;
   const std::string origin = "${ORIGIN}", dir = file.rfind('/') == std::string::npos ? "." : file.substr(0, file.rfind('/'));
   if (size_t at = prefix.find(origin); at != std::string::npos) prefix.replace(at, origin.size(), dir);
-  return prefix + "/" + name;
+  return prefix;
+}
+
+std::string external_path(const std::string& name, const std::string& file) {
+  const std::string dir = external_dir(file);
+  return name.empty() || name[0] == '/' || dir == "." ? name : dir + "/" + name;
+}
+
+// Whether the existing file `where` resolves (symbolic links followed) to a place outside `dir`:
+// a symbolic link beside the case (./sec -> /etc/passwd) would copy that file into the outputs.
+bool resolves_outside(const std::string& where, const std::string& dir) {
+  std::error_code e1, e2;
+  const std::filesystem::path to = std::filesystem::canonical(where, e1), base = std::filesystem::canonical(dir, e2);
+  if (e1 || e2) return false;  // absent: libhdf5 reports it
+  const auto [b, t] = std::mismatch(base.begin(), base.end(), to.begin(), to.end());
+  return b != base.end() || t == to.end();
 }
 
 // Storage that libhdf5 1.10 cannot be trusted to read, refused before it is read:
@@ -356,6 +373,10 @@ void check_storage(const H5::DataSet& ds, const Shape& shape, const std::string&
                     ": a case file could copy any file into its outputs)");
     else if (!regular_or_absent(where))
       refused = cat(where, ", which is not a regular file");
+    else if (resolves_outside(where, external_dir(file)))
+      refused = cat(where, " (not read: through a symbolic link it leads to ", std::filesystem::canonical(where).string(),
+                    ", outside ", external_dir(file) == "." ? "the working directory" : external_dir(file),
+                    ": a case file could copy any file into its outputs)");
     else if (stat(where.c_str(), &st) == 0 && take > 0 && uint64_t(st.st_size) < uint64_t(offset) + take)
       refused = cat(where, ", which holds ", st.st_size, " bytes, fewer than the ", uint64_t(offset) + take,
                     " this segment reads (libhdf5 would read the rest as zeros)");
@@ -432,6 +453,12 @@ FloatDataset open_float(const H5::H5File& f, const std::string& file, const std:
   if (numel(d.shape) > 0 && H5Dget_space_status(d.ds.getId(), &status) >= 0 &&
       status == H5D_SPACE_STATUS_NOT_ALLOCATED && d.ds.getStorageSize() == 0)
     fail(file, ": ", path, ": declared ", shape_str(d.shape), " but never written (no data stored)");
+  // chunks never written read as the fill value: a file of a few KB declared 2^36 tokens of them,
+  // and run and diff worked through them for hours; a dump's stage so was compared as data, and
+  // `run --backend exec` copied it as written (review B, session 20)
+  if (partly_written(d.ds))
+    fail(file, ": ", path, ": declared ", shape_str(d.shape), " but only partly written (chunks missing, which would ",
+         "read as the fill value); write every element");
   return d;
 }
 
@@ -686,11 +713,6 @@ void read_inputs_head(const H5::H5File& f, const std::string& file, const LoadOp
            ", D=", c.prob.D, " from ", dataset_path(xs), "), found ", shape_str(found), hint);
     };
     FloatDataset d = open_float(f, file, dataset_path(s), !per_token(s), check);
-    // chunks never written read as the fill value: a file of a few KB declared 2^36 tokens of
-    // them, and run and diff worked through them for hours
-    if (partly_written(d.ds))
-      fail(where(s), "declared ", shape_str(d.shape), " but only partly written (chunks missing, which would read as ",
-           "the fill value); write every element of an input");
     if (per_token(s)) tok.push_back({&s, dataset_path(s), d, true});
     else c.t[s.name] = to_input_dtype(read_all(d, file, dataset_path(s)), s.dtype, where(s), opt);
   }
