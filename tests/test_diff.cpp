@@ -327,6 +327,11 @@ TEST_SUITE("diff") {
       CHECK(r.rc == 2);
       CHECK(r.err.find("sets the fixed policy's tolerance; add --tolerance fixed") != std::string::npos);
     }
+    // the match line under --tolerance fixed names the policy, not a class no stage has ("all within fp32 ()")
+    auto fixed = test::sh(test::mhc("diff " + dir + "/fo.h5 cpu:fp64 --tolerance fixed"));
+    CHECK(fixed.rc == 0);
+    CHECK(fixed.out.find("compared, all within the fixed tolerances") != std::string::npos);
+    CHECK(fixed.out.find("()") == std::string::npos);
     auto typo = test::sh(test::mhc("diff " + dir + "/fo.h5 cpu --require hmix"));
     CHECK(typo.rc == 2);
     CHECK(typo.err.find("--require hmix: expected all, forward, backward, outputs, none or computed stages") != std::string::npos);

@@ -626,7 +626,10 @@ std::string DiffReport::verdict_line() const {
   for (auto& s : stages)
     if (s.compared && s.has_accuracy) by_class[s.accuracy].push_back(s.name);
   if (verdict == Verdict::match) {
-    std::string line = cat("match: ", compared, compared == 1 ? " stage" : " stages", " compared, all within ", accuracy_name(accept), " (");
+    // under --tolerance fixed only a bitwise equal stage has a class ("all within fp32 ()" said otherwise)
+    const bool fixed = std::any_of(stages.begin(), stages.end(), [](const StageReport& s) { return s.compared && s.fixed; });
+    std::string line = cat("match: ", compared, compared == 1 ? " stage" : " stages", " compared, all within ",
+                           fixed ? "the fixed tolerances" : accuracy_name(accept), by_class.empty() ? "" : " (");
     bool first = true;
     for (auto& [c, names] : by_class) {
       line += cat(first ? "" : ", ", names.size(), " ", accuracy_name(c));
@@ -637,7 +640,7 @@ std::string DiffReport::verdict_line() const {
       }
       first = false;
     }
-    line += ")";
+    if (!by_class.empty()) line += ")";
     // stages one side lacks were not compared: a dump without its backward "matched" in silence
     for (const char* side : {"A", "B"}) {
       std::string absent;
