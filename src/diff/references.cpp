@@ -79,10 +79,12 @@ void reorder_columns(Case& c, const std::vector<int64_t>& order, bool back) {
 }  // namespace
 
 const std::vector<Case>& References::reordered(Accuracy c) {
+  if (shared_) return shared_->reordered(c);
   auto [it, fresh] = reordered_.try_emplace(ref_key(c));
   if (!fresh || inputs_.t.empty()) return it->second;
   // one more evaluation in arithmetic a, its columns moved by `order` first (and back after);
-  // only its per-token stages are kept: the rest would hold memory
+  // only its per-token stages are kept (and its sums over tokens where keep_sums): the rest
+  // would hold memory
   auto evaluate = [&](Arith a, const std::vector<int64_t>* order) {
     Case e = inputs_;
     if (order) reorder_columns(e, *order, false);
@@ -90,7 +92,7 @@ const std::vector<Case>& References::reordered(Accuracy c) {
     if (order) reorder_columns(e, *order, true);
     for (auto t = e.t.begin(); t != e.t.end();) {
       const Stage& s = stage(t->first);
-      t = s.group != Group::inputs && per_token(s) ? std::next(t) : e.t.erase(t);
+      t = s.group != Group::inputs && (per_token(s) || keep_sums_) ? std::next(t) : e.t.erase(t);
     }
     it->second.push_back(std::move(e));
   };

@@ -42,13 +42,19 @@ class References {
   // order, its stages put back in the original one. Other sequential chains over K and D:
   // samples of a correct kernel's error where the plain chain's order or one evaluation's few
   // elements say little (engine.cpp).
+  // Where the block is the whole case, their sums over tokens are whole too: keep_sums() keeps
+  // them, and the references of the sums take them with share_reordered(block).
   const std::vector<Case>& reordered(Accuracy c);
+  void keep_sums() { keep_sums_ = true; }
+  void share_reordered(References& block) { shared_ = &block; }
 
  private:
   std::function<Case(int)> eval_;
   std::map<int, Case> done_;
   Case inputs_;  // the block's inputs (first constructor)
   std::map<int, std::vector<Case>> reordered_;
+  bool keep_sums_ = false;
+  References* shared_ = nullptr;
 };
 
 }  // namespace mhc

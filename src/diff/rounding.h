@@ -12,6 +12,9 @@ namespace mhc {
 // to near zero, the fp32 arithmetic's absolute error (about 1e-5 rms at K = 28672) would
 // otherwise be many of their own tiny ulps.
 constexpr double kUlpFloor = 1.0 / 64;
+// The smallest per-token unit, a fraction of the block's RMS (engine.cpp, unit_of): only so that a
+// token whose row is exactly 0 is not divided by 0.
+constexpr double kTinyUnit = 0x1p-40;
 
 // Smallest error before rounding, in ulps, that is always allowed to flip a rounding.
 constexpr double kTieFloorUlp = 1.0 / 1024;

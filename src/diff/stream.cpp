@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "block.h"
 #include "rounding.h"
@@ -359,11 +360,14 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
 
   std::vector<std::string> order;
   std::map<std::string, Merged> merged;
+  std::unique_ptr<References> whole;  // where one block is the case: its references, for the sums' too
   for (int64_t t0 = t_begin; t0 < t_end; t0 += kTokenBlock) {
     const int64_t t1 = std::min(t0 + kTokenBlock, t_end);
     Case ab = a.chunk(t0, t1), bb = b.chunk(t0, t1);
     if (check) check(ab, bb);
-    References refs(bb, with_sums ? &ref_sums : nullptr);
+    auto block = std::make_unique<References>(bb, with_sums ? &ref_sums : nullptr);
+    References& refs = *block;
+    if (with_sums && t0 == 0 && t1 == P.T()) refs.keep_sums();
     if (budget) refs.oracle(), refs.plain(opt.accept);  // every block: their sums over tokens are complete
     if (budget && with_sums) {
       add_noise(noise[ref_key(opt.accept)], refs.plain(opt.accept), refs.oracle(), plain_arith(opt.accept));
@@ -385,6 +389,7 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
       merge(merged[r.name], std::move(r), P, t0, ab, opt);
     }
     if (opt.progress) opt.progress(double(t1 - t_begin) / double(t_end - t_begin));
+    if (with_sums && t0 == 0 && t1 == P.T()) whole = std::move(block);
   }
 
   DiffReport rep;
@@ -413,6 +418,7 @@ DiffReport diff_sides(Side& a, Side& b, const DiffOptions& opt, int64_t t_begin,
       cpu_finish(c, *s, ref_arith(key));
       return c;
     });
+    if (whole) refs.share_reordered(*whole);
     BlockSums bs;
     bs.replays = std::move(replays), bs.ref_replays = std::move(ref_replays);
     bs.sigma = [&](Accuracy c, const std::string& name) -> std::vector<double> {

@@ -5,7 +5,7 @@ It behaves like a user's kernel for testing `mhc diff`: it reads a case's /input
 writes every stage to an HDF5 file in mhc's schema.
 
     /usr/bin/python3 tests/indep/kernel.py IN.h5 OUT.h5 [--order seq|rev|tile64|tile256|splitk|blas]
-        [--gemm fp32|tf32|bf16] [--bug NAME] [--stages all|forward|backward|none|STAGE,...]
+        [--gemm fp32|tf32|bf16] [--bug NAME] [--norm-first] [--stages all|forward|backward|none|STAGE,...]
         [--rename OLD=NEW] [--dtype-override STAGE=float16] [--reshape STAGE]
 
 --order   summation order of every reduction (over K = n*D, D, n, N, and over tokens):
@@ -16,6 +16,8 @@ writes every stage to an HDF5 file in mhc's schema.
 --gemm    tf32: GEMM operands (phi*gamma in h_mix; dh_mix and phi in dvecX; dh_mix in dphi)
           truncated to TF32 as tensor cores do; bf16: rounded to bf16 (RNE). Sums stay fp32.
 --bug     plants one bug (see BUGS); the other stages are computed correctly from it.
+--norm-first  the gates' argument t as (v inv_rms) (phi*gamma)^T, normalised x first: another
+          correct order of operations (h_mix itself is still v (phi*gamma)^T).
 --stages (none: only /inputs), --rename, --dtype-override, --reshape simulate format
           mistakes in the dump.
 
@@ -55,6 +57,8 @@ BUGS = {
     "rms_over_D": "inv_rms divides the sum of squares by D instead of n*D",
     "rms_Km1": "inv_rms divides the sum of squares by K - 1 instead of K (1.2e-4 relative at K = 4096)",
     "hmix_1e4": "h_mix 1e-4 too large (relative), the stages after it computed from it",
+    "inv_tok0_1e3": "inv_rms of token 0 1e-3 too large (relative), the stages after it computed from it",
+    "hmix_tok3_1e3": "h_mix of token 3 1e-3 too large (relative), the stages after it computed from it",
     "dalpha_sign": "dalpha[1] has its sign flipped",
     "n6_index": "n = 6 only: h_post reads its columns of h_mix one to the right (an index bug for one n)",
     "fixed_eps": "norm_eps and hc_eps fixed at 1e-6, the file's attributes ignored",
@@ -162,7 +166,7 @@ def ordered_sum(order, operands, factors, blas):
 
 # ---------------------------------------------------------------- the operator
 
-def forward(inp, order, gemm, bug):
+def forward(inp, order, gemm, bug, norm_first=False):
     """inp: x [T,n,D], phi [N,K], alpha [3], bias [N], gamma [n,D] (float32, tokens flat).
     Returns the forward stages (tokens flat) and the sigmoids the backward needs."""
     x, phi, alpha, bias, gamma = (inp[k] for k in ("x", "phi", "alpha", "bias", "gamma"))
@@ -174,6 +178,8 @@ def forward(inp, order, gemm, bug):
     ss = ordered_sum(order, [vT], lambda a: (a, a), lambda: (v * v).sum(1))  # [T]
     ms = ss / (D if bug == "rms_over_D" else K - 1 if bug == "rms_Km1" else K)
     inv_rms = 1.0 / torch.sqrt(ms + inp["norm_eps"])  # [T]
+    if bug == "inv_tok0_1e3":
+        inv_rms[0] *= 1 + 1e-3
 
     w = phi if bug == "gamma_fwd" else phi * gamma.reshape(1, K)  # [N,K]: gamma folded into phi
     w = gemm_round(w, gemm)
@@ -183,8 +189,14 @@ def forward(inp, order, gemm, bug):
                         lambda: v[:, :k_used] @ wT)  # [T,N]
     if bug == "hmix_1e4":
         h_mix = h_mix * (1 + 1e-4)
+    if bug == "hmix_tok3_1e3":
+        h_mix[3] *= 1 + 1e-3
 
-    t = h_mix * inv_rms[:, None]  # [T,N]
+    if norm_first:  # x normalised first, then the GEMM: t = (x inv_rms) w^T, another correct order of operations
+        vn = v[:, :k_used] * inv_rms[:, None]
+        t = ordered_sum(order, [vn.t().contiguous(), wT], lambda a, b: (a[:, :, None], b[:, None, :]), lambda: vn @ wT)
+    else:
+        t = h_mix * inv_rms[:, None]  # [T,N]
     z_pre = t[:, :n] * alpha[0] + (bias[n:2 * n] if bug == "pre_bias_post" else bias[:n])
     if bug == "late_tokens":
         z_pre[256:] *= 1 + 1e-3
@@ -337,6 +349,7 @@ def parse_args(argv):
     p.add_argument("--order", choices=ORDERS, default="seq")
     p.add_argument("--gemm", choices=["fp32", "tf32", "bf16"], default="fp32")
     p.add_argument("--bug", choices=sorted(BUGS), default=None)
+    p.add_argument("--norm-first", action="store_true", help="the gates from (x inv_rms) w^T, not h_mix inv_rms")
     p.add_argument("--stages", default="all", help="all, forward, backward, none (only /inputs) or a comma list of stages")
     p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW")
     p.add_argument("--dtype-override", action="append", default=[], metavar="STAGE=DTYPE")
@@ -352,7 +365,7 @@ def main(argv):
         inp.update(norm_eps=1e-6, hc_eps=1e-6)
     want = selected_stages(args.stages)
     with torch.no_grad():
-        fwd, aux = forward(inp, args.order, args.gemm, args.bug)
+        fwd, aux = forward(inp, args.order, args.gemm, args.bug, args.norm_first)
         stages = dict(fwd)
         if "dh_in" in inp and any(s in BACKWARD for s in want):
             stages.update(backward(inp, fwd, aux, args.order, args.gemm, args.bug))
