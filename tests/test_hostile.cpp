@@ -24,10 +24,18 @@ struct Hostile {
     save_case(in, generate_case(parse_shape("8,4,8"), 3, true));
   }
   // Changes the input with a line of h5py (f is the open file, np is numpy).
-  void edit(const std::string& python) const {
-    auto r = test::sh(std::string(MHC_PYTHON) + " -c \"import h5py, numpy as np; f = h5py.File('" + in + "', 'r+'); " +
+  void edit(const std::string& python) const { edit_file(in, python); }
+  void edit_file(const std::string& path, const std::string& python) const {
+    auto r = test::sh(std::string(MHC_PYTHON) + " -c \"import h5py, numpy as np; f = h5py.File('" + path + "', 'r+'); " +
                       python + "; f.close()\"");
     REQUIRE(r.rc == 0);
+  }
+  // The input's run, every stage, in dir/dump.h5, changed with a line of h5py (as edit).
+  std::string dump(const std::string& python) const {
+    const std::string path = dir + "/dump.h5";
+    REQUIRE(test::sh(test::mhc("run -q " + in + " " + path)).rc == 0);
+    edit_file(path, python);
+    return path;
   }
   void expect_error(const std::string& args, const std::vector<std::string>& what) const {
     test::expect_error(args, what, dir, in, out);
@@ -391,11 +399,9 @@ TEST_SUITE("hostile") {
     // dgamma [n,D] chunked (2,8), its second chunk never written: diff compared the fill values as the
     // kernel's, and run --backend exec wrote them into a whole dataset (review B, session 20)
     Hostile h("partly_written_stage");
-    const std::string dump = h.dir + "/dump.h5";
-    REQUIRE(test::sh(test::mhc("run -q " + h.in + " " + dump)).rc == 0);
-    REQUIRE(test::sh(cat(MHC_PYTHON, " -c \"import h5py; f = h5py.File('", dump, "', 'r+'); g = f['backward']; ",
-                         "v = g['dgamma'][()]; del g['dgamma']; d = g.create_dataset('dgamma', shape=v.shape, dtype='f4', ",
-                         "chunks=(2, 8), fillvalue=0.0); d[0:2] = v[0:2]; f.close()\"")).rc == 0);
+    const std::string dump = h.dump("g = f['backward']; v = g['dgamma'][()]; del g['dgamma']; "
+                                    "d = g.create_dataset('dgamma', shape=v.shape, dtype='f4', chunks=(2, 8), fillvalue=0.0); "
+                                    "d[0:2] = v[0:2]");
     test::expect_error("diff " + dump + " cpu", {dump + ": /backward/dgamma", "only partly written"}, h.dir, dump, h.out);
     const std::string copy = h.script("copy.sh", cat("#!/bin/sh\ncp ", dump, " \"$2\"\n"));
     h.expect_error("run --backend 'exec:" + copy + " {in} {out}' " + h.in + " " + h.out, {"/backward/dgamma", "only partly written"});
@@ -405,11 +411,8 @@ TEST_SUITE("hostile") {
     // a name holding a newline split the verdict line in two (the second a forged verdict) and
     // terminal escapes reached the terminal (review B, session 20)
     Hostile h("control_names");
-    const std::string dump = h.dir + "/dump.h5";
-    REQUIRE(test::sh(test::mhc("run -q " + h.in + " " + dump)).rc == 0);
-    REQUIRE(test::sh(cat(MHC_PYTHON, " -c \"import h5py, numpy as np; f = h5py.File('", dump, "', 'r+'); ",
-                         "f['forward']['h_mix2\\nmatch: forged'] = np.zeros(3, 'f4'); ",
-                         "f['forward']['\\x1b[2Jx'] = np.zeros(3, 'f4'); f.close()\"")).rc == 0);
+    const std::string dump = h.dump("f['forward']['h_mix2\\nmatch: forged'] = np.zeros(3, 'f4'); "
+                                    "f['forward']['\\x1b[2Jx'] = np.zeros(3, 'f4')");
     auto r = test::sh(test::mhc("diff " + dump + " cpu"));
     CHECK(r.rc == 2);
     CHECK(r.out.find('\x1b') == std::string::npos);
