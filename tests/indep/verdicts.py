@@ -128,9 +128,11 @@ def stage_is(stage, key, want):
     return needs_report(check)
 
 
-def none_diverged_but(stage):
+def none_diverged_but(stage, *known):
+    """No stage but `stage` (and the `known` misattributions) is diverged rather than inherited."""
     def check(r):
-        bad = [s.get("name") for s in r.get("stages") or [] if s.get("status") == "diverged" and s.get("name") != stage]
+        bad = [s.get("name") for s in r.get("stages") or []
+               if s.get("status") == "diverged" and s.get("name") != stage and s.get("name") not in known]
         return f"also diverged (not inherited): {', '.join(bad)}" if bad else None
     return needs_report(check)
 
@@ -282,9 +284,13 @@ def bug_cases(quick):
                               ("rms_Km1", "inv_rms", "256,4,1024@pad"), ("rms_Km1", "inv_rms", "2,128,4,512@pad"),
                               ("hmix_1e4", "h_mix", "256,4,1024@big"), ("inv_tok0_1e3", "inv_rms", "64,4,1024@bos"),
                               ("hmix_tok3_1e3", "h_mix", "64,4,1024@tiny")):
+        # pre_bias_post: dalpha is called introduced for some seeds (1 in ~13; 873925), with the
+        # binary before session 20 too: its replay takes the saturated pre gates' s from z, which
+        # the planted bias does not give (docs/diff.md, "a gate moved within its tail")
+        known = ("dalpha",) if bug == "pre_bias_post" else ()
         cases.append(Case(f"bug {bug} (seq) {shape}", shape, ["--order", "seq", "--bug", bug],
                           checks=[exit_is(1), field_is("verdict", "diverged"), first_is(stage), root_has(stage),
-                                  none_diverged_but(stage)]))
+                                  none_diverged_but(stage, *known)]))
     return cases
 
 
