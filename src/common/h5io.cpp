@@ -373,10 +373,9 @@ void check_storage(const H5::DataSet& ds, const Shape& shape, const std::string&
                     ": a case file could copy any file into its outputs)");
     else if (!regular_or_absent(where))
       refused = cat(where, ", which is not a regular file");
-    else if (resolves_outside(where, external_dir(file)))
+    else if (const std::string dir = external_dir(file); resolves_outside(where, dir))
       refused = cat(where, " (not read: through a symbolic link it leads to ", std::filesystem::canonical(where).string(),
-                    ", outside ", external_dir(file) == "." ? "the working directory" : external_dir(file),
-                    ": a case file could copy any file into its outputs)");
+                    ", outside ", dir == "." ? "the working directory" : dir, ": a case file could copy any file into its outputs)");
     else if (stat(where.c_str(), &st) == 0 && take > 0 && uint64_t(st.st_size) < uint64_t(offset) + take)
       refused = cat(where, ", which holds ", st.st_size, " bytes, fewer than the ", uint64_t(offset) + take,
                     " this segment reads (libhdf5 would read the rest as zeros)");

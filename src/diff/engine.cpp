@@ -64,21 +64,29 @@ struct Unit {
   }
 };
 
+// The RMS of the finite values in columns [c0, c1) of row `row` of t, rows of `row_len`.
+double row_rms(const Tensor& t, int64_t row_len, int64_t row, int64_t c0, int64_t c1) {
+  double sq = 0;
+  int64_t k = 0;
+  for (int64_t c = c0; c < c1; ++c)
+    if (const double v = t.at(row * row_len + c); std::isfinite(v)) sq += v * v, ++k;
+  return k ? std::sqrt(sq / double(k)) : 0.0;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::nth_element(v.begin(), v.begin() + ptrdiff_t(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
 // Each token's RMS of t ([T,..]) over the median of the block's (empty where the median is 0).
 std::vector<double> token_scales(const Tensor& t, int64_t T) {
   if (T <= 0 || t.size() % T != 0) return {};
-  const int64_t K = t.size() / T;
   std::vector<double> r(static_cast<size_t>(T));
-  for (int64_t i = 0; i < T; ++i) {
-    double sq = 0;
-    for (int64_t k = i * K; k < (i + 1) * K; ++k) sq += t.at(k) * t.at(k);
-    r[size_t(i)] = std::sqrt(sq / double(std::max<int64_t>(K, 1)));
-  }
-  std::vector<double> sorted = r;
-  std::nth_element(sorted.begin(), sorted.begin() + ptrdiff_t(sorted.size() / 2), sorted.end());
-  const double median = sorted[sorted.size() / 2];
-  if (!(median > 0) || !std::isfinite(median)) return {};
-  for (double& v : r) v /= median;
+  for (int64_t i = 0; i < T; ++i) r[size_t(i)] = row_rms(t, t.size() / T, i, 0, t.size() / T);
+  const double mid = median(r);
+  if (!(mid > 0) || !std::isfinite(mid)) return {};
+  for (double& v : r) v /= mid;
   return r;
 }
 
@@ -125,38 +133,25 @@ Unit unit_of(const Stage& s, const Tensor& ref, int64_t tokens, const TokenScale
     if (n > 0 && n * n + 2 * n == u.row_len) u.segment = {2 * n, n * n}, how = {Scaling::common, Scaling::with_inv};
   }
   const size_t segs = std::max<size_t>(1, u.segment.size());
-  // the RMS of a row's columns [c0, c1), its finite values
-  auto rms_of = [&](int64_t t, int64_t c0, int64_t c1) {
-    double sq = 0;
-    int64_t k = 0;
-    for (int64_t c = c0; c < c1; ++c)
-      if (const double v = ref.at(t * u.row_len + c); std::isfinite(v)) sq += v * v, ++k;
-    return k ? std::sqrt(sq / double(k)) : 0.0;
-  };
-  auto median_of = [](std::vector<double> v) {
-    if (v.empty()) return 0.0;
-    std::nth_element(v.begin(), v.begin() + ptrdiff_t(v.size() / 2), v.end());
-    return v[v.size() / 2];
-  };
   std::vector<double> whole(static_cast<size_t>(rows));
-  for (int64_t t = 0; t < rows; ++t) whole[size_t(t)] = rms_of(t, 0, u.row_len);
+  for (int64_t t = 0; t < rows; ++t) whole[size_t(t)] = row_rms(ref, u.row_len, t, 0, u.row_len);
   const double tiny = u.rms * kTinyUnit;  // an exact 0 (x = 0) is 0 in every kernel
-  const double common = std::max(median_of(whole), u.rms * kUlpFloor);
+  const double common = std::max(median(whole), u.rms * kUlpFloor);
   u.row.resize(size_t(rows) * segs);
   for (size_t g = 0, c0 = 0; g < segs; c0 += size_t(u.segment.empty() ? u.row_len : u.segment[g]), ++g) {
     const int64_t c1 = int64_t(c0) + (u.segment.empty() ? u.row_len : u.segment[g]);
     std::vector<double> own(static_cast<size_t>(rows));
-    for (int64_t t = 0; t < rows; ++t) own[size_t(t)] = segs == 1 ? whole[size_t(t)] : rms_of(t, int64_t(c0), c1);
+    for (int64_t t = 0; t < rows; ++t) own[size_t(t)] = segs == 1 ? whole[size_t(t)] : row_rms(ref, u.row_len, t, int64_t(c0), c1);
     Scaling h = how[g];
     const std::vector<double>& by = h == Scaling::with_x ? ts.x : ts.inv;
     if ((h == Scaling::with_x || h == Scaling::with_inv) && int64_t(by.size()) != tokens) h = Scaling::common;
-    const double median = median_of(own);
+    const double mid = median(own);
     for (int64_t t = 0; t < rows; ++t) {
       const double r = own[size_t(t)];
       u.row[size_t(t) * segs + g] = dphi_rows                ? std::max(r, u.rms * kUlpFloor)
                                     : h == Scaling::relative ? std::max(r, tiny)
                                     : h == Scaling::common   ? std::max(whole[size_t(t)], common)
-                                                             : std::max({r, median * by[size_t(t)], tiny});
+                                                             : std::max({r, mid * by[size_t(t)], tiny});
     }
   }
   return u;
