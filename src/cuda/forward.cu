@@ -14,7 +14,10 @@
 //                split_pg), and where those blocks are few a block per n8 tile of j too
 //   mix_finish   a block per (kFinTok tokens, range of D): the groups' partials summed in order,
 //                inv_rms, the three gates, and h_in over the range (a second read of the tokens' x)
-// No atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
+//   mix_stream   (many tokens, n <= 4) all of the above in one kernel that reads x once from DRAM:
+//                producer warps compute mix_group's partials chunk of tokens by chunk, finisher
+//                warps the gates and h_in a chunk or two behind, reading x again from L2
+// No floating-point atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
 // 4 mma steps x 3 planes from zero) -> group (kFlush chunks, one chain) -> total (the groups
 // in order), whichever kernel and tiling (both chosen from the shape) computes it, so neither
 // changes a bit.
@@ -577,7 +580,7 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
 //     (mix_finish's sums in its order: the same bits), the token's first pair's block writing them.
 // The finishers read x again a chunk or two after the producers, from L2; a producer waits
 // while its block's finishers are kStreamLag chunks behind, so that what they read is still there.
-constexpr int kStreamTok = 32;                        // tokens of a block's share of a chunk (two m16 tiles)
+constexpr int kStreamTok = 32;                        // tokens of a block's share of a chunk (m16 tiles)
 constexpr int kProdWarps = 8, kFinWarps = 4;          // producer and finisher warps of a block
 constexpr int kStreamThreads = 32 * (kProdWarps + kFinWarps);
 constexpr int kOwn = kFlush / kProdWarps;             // chunks of the group a producer warp owns
@@ -585,7 +588,8 @@ constexpr int kStreamLag = 2;                         // chunks the finishers ma
 constexpr int kPlaneStride = kFlush * kChunk + 8;     // bf16 a plane row in shared memory (16 bytes of pad: no bank conflicts)
 constexpr int kMaxShareTok = 8;                       // tokens of a block's share of a chunk's pairs (groups >= 8: at most 6)
 constexpr int kStreamMinGroups = 8;
-static_assert(kFlush % kProdWarps == 0 && kStreamTok == 32 && kFinWarps <= kMaxShareTok, "stream geometry");
+static_assert(kFlush % kProdWarps == 0 && kStreamTok % 16 == 0 && kStreamTok <= 32 && kFinWarps <= kMaxShareTok,
+              "stream geometry");
 template <int n> constexpr int stream_smem_bytes() {
   constexpr int N = n * n + 2 * n;
   return kPlanes * plane_rows(N) * kPlaneStride * 2 + kFlush * kStreamTok * (N + kSsParts) * int(sizeof(float));
@@ -604,7 +608,7 @@ __device__ __forceinline__ int load_acquire(const int* a) {
 template <int n>
 __global__ void __launch_bounds__(kStreamThreads, 1) mix_stream(FwdParams p, int groups, int S, float* part, float* part_ss,
                                                                 int* done) {
-  constexpr int N = n * n + 2 * n, rows = plane_rows(N), NT = rows / 8, kOut = N + kSsParts, kMT = 2;
+  constexpr int N = n * n + 2 * n, rows = plane_rows(N), NT = rows / 8, kOut = N + kSsParts, kMT = kStreamTok / 16;
   static_assert(kOut <= 32, "a finisher lane per output of a token");
   extern __shared__ __align__(16) unsigned char smem[];
   auto* sp = reinterpret_cast<__nv_bfloat16*>(smem);                                    // [kPlanes][rows][kPlaneStride]
@@ -627,7 +631,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) mix_stream(FwdParams p, int
 
   const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, warp = threadIdx.x / 32;
   if (warp < kProdWarps) {
-    // x of the warp's own chunk cc for tokens t0.. (two m16 tiles; zeros beyond T or K), kept in L2
+    // x of the warp's own chunk cc for tokens t0.. (kMT m16 tiles; zeros beyond T or K), kept in L2
     auto load = [&](int64_t t0, int cc, uint4 (&xr)[kMT][2][2]) {
       const int k = cc * kChunk + 16 * tig;
 #pragma unroll
@@ -775,10 +779,10 @@ template <int n> bool group_fits() {
 }
 
 // mix_stream's blocks per group for a shape on the current device, 0 where it does not apply:
-// mix_partial's shapes (pl) with n <= 4, K and D multiples of 8, at least kStreamMinGroups groups,
-// a block an SM for every group and kStreamMinChunks chunks of tokens or more.
-constexpr int kStreamMinChunks = 4;
-template <int n> int stream_split(int64_t T, int D, const Plan& pl) {
+// n <= 4, D a multiple of 8, at least kStreamMinGroups groups of K, a block an SM for every
+// group, and kStreamMinChunks chunks of tokens or more.
+constexpr int kStreamMinChunks = 8;
+template <int n> int stream_split(int64_t T, int D, int groups) {
   if constexpr (n > 4) {
     return 0;
   } else {
@@ -790,8 +794,8 @@ template <int n> int stream_split(int64_t T, int D, const Plan& pl) {
       CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mix_stream<n>, kStreamThreads, stream_smem_bytes<n>()));
       return per_sm > 0 ? count : 0;
     }();
-    if (pl.grouped || D % 8 != 0 || pl.groups < kStreamMinGroups) return 0;
-    const int S = sms / pl.groups;
+    if (D % 8 != 0 || groups < kStreamMinGroups) return 0;
+    const int S = sms / groups;
     return S > 0 && ceil_div(T, int64_t(kStreamTok) * S) >= kStreamMinChunks ? S : 0;
   }
 }
@@ -805,7 +809,7 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   float* part = p.scratch + plane_floats;
   float* part_ss = part + int64_t(pl.groups) * p.T * N;
   if constexpr (n <= 4) {
-    if (const int S = stream_split<n>(p.T, p.D, pl); S > 0) {
+    if (const int S = stream_split<n>(p.T, p.D, pl.groups); S > 0) {
       int* done = reinterpret_cast<int*>(part_ss + int64_t(pl.groups) * p.T * kSsParts);
       const int64_t chunks = ceil_div(p.T, int64_t(kStreamTok) * S);
       CUDA_CHECK(cudaMemsetAsync(done, 0, chunks * sizeof(int), s));
