@@ -653,7 +653,7 @@ __global__ void __launch_bounds__(kStreamThreads, 1) mix_stream(FwdParams p, int
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t t0 = c * chunk_tok + t_first;
       if (threadIdx.x == 0)
-        while (c - *static_cast<volatile int*>(&fin_chunks) > kStreamLag) __nanosleep(64);
+        while (c - atomicAdd(&fin_chunks, 0) > kStreamLag) __nanosleep(64);
       named_barrier(1, 32 * kProdWarps);
 #pragma unroll
       for (int i = 0; i < kOwn; ++i) {
@@ -706,17 +706,33 @@ __global__ void __launch_bounds__(kStreamThreads, 1) mix_stream(FwdParams p, int
     return;
   }
 
-  // finishers
+  // finishers: thread ftid's pairs of the share are lo + ftid + kFinThreads v, (token of the chunk,
+  // 8-column index) pairs, in batches of kBatch (32 16-byte loads in flight a thread)
+  constexpr int kFinThreads = 32 * kFinWarps, kBatch = 32 / n;
   const int ftid = threadIdx.x - 32 * kProdWarps, fwarp = warp - kProdWarps, blocks = int(gridDim.x);
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t c_tok = c * chunk_tok, pairs = min(chunk_tok, p.T - c_tok) * D8;
-    const int64_t lo = pairs * blockIdx.x / blocks, hi = pairs * (blockIdx.x + 1) / blocks;
+    const int64_t c_tok = c * chunk_tok;
+    const int pairs = int(min(chunk_tok, p.T - c_tok) * D8);
+    const int lo = int(int64_t(pairs) * blockIdx.x / blocks), hi = int(int64_t(pairs) * (blockIdx.x + 1) / blocks);
+    const int tb0 = lo / D8;
+    uint4 xs[kBatch][n];
+    auto load = [&](int e, int t, int d) {  // the batch from pair e, at token t and column index d
+#pragma unroll
+      for (int v = 0; v < kBatch; ++v, e += kFinThreads) {
+        if (e < hi)
+#pragma unroll
+          for (int i = 0; i < n; ++i) xs[v][i] = __ldcs(reinterpret_cast<const uint4*>(p.x + (c_tok + t) * K + i * p.D + d * 8));
+        for (d += kFinThreads; d >= D8; d -= D8) ++t;
+      }
+    };
+    int tb = (lo + ftid) / D8, d8 = (lo + ftid) % D8;  // the thread's next pair
+    load(lo + ftid, tb, d8);  // x is an input: its loads go out before the wait for the partials
     if (ftid == 0)
       while (load_acquire(done + c) < blocks) __nanosleep(64);
-    named_barrier(2, 32 * kFinWarps);
+    named_barrier(2, kFinThreads);
     if (lo < hi) {
-      const int64_t tb0 = lo / D8, ntok = (hi - 1) / D8 - tb0 + 1;
-      for (int64_t u = fwarp; u < ntok; u += kFinWarps) {  // a warp per token of the share: its gates
+      const int ntok = (hi - 1) / D8 - tb0 + 1;
+      for (int u = fwarp; u < ntok; u += kFinWarps) {  // a warp per token of the share: its gates
         const int64_t t = c_tok + tb0 + u;
         float acc = 0.0f;
         if (lane < kOut) {
@@ -743,27 +759,19 @@ __global__ void __launch_bounds__(kStreamThreads, 1) mix_stream(FwdParams p, int
         }
         if (writes && lane == 0) p.inv_rms[t] = inv;
       }
-      named_barrier(2, 32 * kFinWarps);
-      constexpr int kUnroll = 4;
-      for (int64_t e0 = lo + ftid; e0 < hi; e0 += kUnroll * 32 * kFinWarps) {
-        uint4 xs[kUnroll][n];
+      named_barrier(2, kFinThreads);
+      for (int e = lo + ftid; e < hi; e += kBatch * kFinThreads) {
+        if (e > lo + ftid) load(e, tb, d8);
 #pragma unroll
-        for (int v = 0; v < kUnroll; ++v) {
-          const int64_t e = e0 + v * 32 * kFinWarps;
-          if (e < hi)
-#pragma unroll
-            for (int i = 0; i < n; ++i)
-              xs[v][i] = __ldcs(reinterpret_cast<const uint4*>(p.x + (c_tok + e / D8) * K + i * p.D + e % D8 * 8));
-        }
-#pragma unroll
-        for (int v = 0; v < kUnroll; ++v) {
-          const int64_t e = e0 + v * 32 * kFinWarps;
-          if (e < hi) __stcs(reinterpret_cast<uint4*>(p.h_in + (c_tok + e / D8) * p.D + e % D8 * 8), h_in8<n>(xs[v], hp[e / D8 - tb0]));
+        for (int v = 0; v < kBatch; ++v) {
+          if (e + v * kFinThreads < hi)
+            __stcs(reinterpret_cast<uint4*>(p.h_in + (c_tok + tb) * p.D + d8 * 8), h_in8<n>(xs[v], hp[tb - tb0]));
+          for (d8 += kFinThreads; d8 >= D8; d8 -= D8) ++tb;
         }
       }
     }
-    named_barrier(2, 32 * kFinWarps);
-    if (ftid == 0) *static_cast<volatile int*>(&fin_chunks) = int(c + 1);
+    named_barrier(2, kFinThreads);
+    if (ftid == 0) atomicExch(&fin_chunks, int(c + 1));
   }
 }
 
