@@ -14,10 +14,7 @@
 //                split_pg), and where those blocks are few a block per n8 tile of j too
 //   mix_finish   a block per (kFinTok tokens, range of D): the groups' partials summed in order,
 //                inv_rms, the three gates, and h_in over the range (a second read of the tokens' x)
-//   mix_stream   (many tokens, n <= 4) all of the above in one kernel that reads x once from DRAM:
-//                producer warps compute mix_group's partials chunk of tokens by chunk, finisher
-//                warps the gates and h_in a chunk or two behind, reading x again from L2
-// No floating-point atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
+// No atomics. Every sum runs in one order that depends on K alone: chunk (kChunk columns:
 // 4 mma steps x 3 planes from zero) -> group (kFlush chunks, one chain) -> total (the groups
 // in order), whichever kernel and tiling (both chosen from the shape) computes it, so neither
 // changes a bit.
@@ -416,51 +413,6 @@ __global__ void __launch_bounds__(kThreads, 2) mix_group(FwdParams p, const __nv
   }
 }
 
-// A token's inverse RMS from its kSsParts sums of squares of x (added in order) over K columns.
-__device__ __forceinline__ float inv_rms_of(const float (&ss)[kSsParts], int K, float eps) {
-  float s = 0.0f;
-#pragma unroll
-  for (int q = 0; q < kSsParts; ++q) s += ss[q];
-  return 1.0f / sqrtf(s / float(K) + eps);
-}
-
-// Gate j of a token from its h_mix value h and inverse RMS: h_pre (j < n), h_post (j < 2n), h_res.
-template <int n> __device__ __forceinline__ float gate(const FwdParams& p, int j, float h, float inv) {
-  const float tt = h * inv;
-  if (j < n) return sigmoid(p.alpha[0] * tt + p.bias[j]) + p.hc_eps;
-  if (j < 2 * n) return 2.0f * sigmoid(p.alpha[1] * tt + p.bias[j]);
-  return p.alpha[2] * tt + p.bias[j];
-}
-
-// Token t's output j: h_mix's h and its gate v.
-template <int n> __device__ __forceinline__ void store_gate(const FwdParams& p, int64_t t, int j, float h, float v) {
-  constexpr int N = n * n + 2 * n;
-  if (j < n)
-    p.h_pre[t * n + j] = v;
-  else if (j < 2 * n)
-    p.h_post[t * n + j - n] = v;
-  else
-    p.h_res[t * n * n + j - 2 * n] = v;
-  p.h_mix[t * N + j] = h;
-}
-
-// 8 columns of a token's h_in from the same 8 columns of its n streams xs and its h_pre hp.
-template <int n> __device__ __forceinline__ uint4 h_in8(const uint4 (&xs)[n], const float* hp) {
-  float a[8];
-#pragma unroll
-  for (int q = 0; q < 8; ++q) a[q] = 0.0f;
-#pragma unroll
-  for (int i = 0; i < n; ++i) {
-    const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&xs[i]);
-#pragma unroll
-    for (int q = 0; q < 8; ++q) a[q] = fmaf(hp[i], __bfloat162float(h[q]), a[q]);
-  }
-  __align__(16) __nv_bfloat16 o[8];
-#pragma unroll
-  for (int q = 0; q < 8; ++q) o[q] = __float2bfloat16_rn(a[q]);
-  return *reinterpret_cast<const uint4*>(o);
-}
-
 // Block (b, y): tokens b·kFinTok.. and the y-th of gridDim.y ranges of h_in's columns (several
 // where the tokens are too few to fill the GPU). Every block of a token sums the same partials
 // in the same order; the y = 0 block writes the token's gates. kEarly (all blocks in one wave,
@@ -523,7 +475,9 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
   }
   __syncthreads();
   if (tid < kFinTok && t0 + tid < p.T) {
-    inv[tid] = inv_rms_of(ssq[tid], K, p.norm_eps);
+    float s = 0.0f;
+    for (int q = 0; q < kSsParts; ++q) s += ssq[tid][q];
+    inv[tid] = 1.0f / sqrtf(s / float(K) + p.norm_eps);
     if (writes_gates) p.inv_rms[t0 + tid] = inv[tid];
   }
   __syncthreads();
@@ -532,10 +486,19 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
     int tb = idx / N, j = idx % N;
     int64_t t = t0 + tb;
     if (t >= p.T) break;
-    if (j >= n && !writes_gates) continue;
-    const float h = hm[tb][j], v = gate<n>(p, j, h, inv[tb]);
-    if (j < n) hp[tb][j] = v;
-    if (writes_gates) store_gate<n>(p, t, j, h, v);
+    float h = hm[tb][j];
+    float tt = h * inv[tb];
+    if (j < n) {
+      hp[tb][j] = sigmoid(p.alpha[0] * tt + p.bias[j]) + p.hc_eps;
+      if (writes_gates) p.h_pre[t * n + j] = hp[tb][j];
+    } else if (!writes_gates) {
+      continue;
+    } else if (j < 2 * n) {
+      p.h_post[t * n + j - n] = 2.0f * sigmoid(p.alpha[1] * tt + p.bias[j]);
+    } else {
+      p.h_res[t * n * n + j - 2 * n] = p.alpha[2] * tt + p.bias[j];
+    }
+    if (writes_gates) p.h_mix[t * N + j] = h;
   }
   __syncthreads();
 
@@ -548,10 +511,20 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
       const int tb = e / cols, d = (d_beg + e % cols) * 8;
       const int64_t t = t0 + tb;
       if (t >= p.T) break;
-      uint4 xs[n];
+      float a[8];
 #pragma unroll
-      for (int i = 0; i < n; ++i) xs[i] = kEarly && e == tid ? first[i] : x_at(e, d_beg, cols, i);
-      *reinterpret_cast<uint4*>(p.h_in + t * p.D + d) = h_in8<n>(xs, hp[tb]);
+      for (int q = 0; q < 8; ++q) a[q] = 0.0f;
+#pragma unroll
+      for (int i = 0; i < n; ++i) {
+        const uint4 raw = kEarly && e == tid ? first[i] : x_at(e, d_beg, cols, i);
+        const __nv_bfloat16* h = reinterpret_cast<const __nv_bfloat16*>(&raw);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) a[q] = fmaf(hp[tb][i], __bfloat162float(h[q]), a[q]);
+      }
+      __align__(16) __nv_bfloat16 o[8];
+#pragma unroll
+      for (int q = 0; q < 8; ++q) o[q] = __float2bfloat16_rn(a[q]);
+      *reinterpret_cast<uint4*>(p.h_in + t * p.D + d) = *reinterpret_cast<const uint4*>(o);
     }
   } else {
     const int per = int(ceil_div(p.D, gridDim.y)), d_beg = int(blockIdx.y) * per, cols = min(p.D, d_beg + per) - d_beg;
@@ -567,214 +540,6 @@ __global__ void __launch_bounds__(kThreads) mix_finish(FwdParams p, int groups, 
   }
 }
 
-// mix_stream: the whole forward at large T in one kernel that reads x once from DRAM (n <= 4,
-// K % 8 == 0, D % 8 == 0, where one group's planes fit in shared memory). Blocks (grp, s) for
-// grp < groups and s < S, all resident at once (a cooperative launch, one block an SM), hold
-// group grp's planes, split from phi*gamma as split_pg splits them. The tokens go in chunks of
-// kStreamTok S, in order; per chunk c:
-//   producer warps: block (grp, s) computes group grp's partials of tokens c kStreamTok S +
-//     kStreamTok s.. as mix_group does (its warps share the group's chunks, the block adds
-//     their results in chunk order: the same bits), then counts itself in done[c];
-//   finisher warps: once done[c] counts every block, the block's share of the chunk's (token,
-//     8 columns) pairs of h_in, after the gates of the tokens in that share from the partials
-//     (mix_finish's sums in its order: the same bits), the token's first pair's block writing them.
-// The finishers read x again a chunk or two after the producers, from L2; a producer waits
-// while its block's finishers are kStreamLag chunks behind, so that what they read is still there.
-constexpr int kStreamTok = 32;                        // tokens of a block's share of a chunk (m16 tiles)
-constexpr int kProdWarps = 8, kFinWarps = 4;          // producer and finisher warps of a block
-constexpr int kStreamThreads = 32 * (kProdWarps + kFinWarps);
-constexpr int kOwn = kFlush / kProdWarps;             // chunks of the group a producer warp owns
-constexpr int kStreamLag = 2;                         // chunks the finishers may lag behind
-constexpr int kPlaneStride = kFlush * kChunk + 8;     // bf16 a plane row in shared memory (16 bytes of pad: no bank conflicts)
-constexpr int kMaxShareTok = 8;                       // tokens of a block's share of a chunk's pairs (groups >= 8: at most 6)
-constexpr int kStreamMinGroups = 8;
-static_assert(kFlush % kProdWarps == 0 && kStreamTok % 16 == 0 && kStreamTok <= 32 && kFinWarps <= kMaxShareTok,
-              "stream geometry");
-template <int n> constexpr int stream_smem_bytes() {
-  constexpr int N = n * n + 2 * n;
-  return kPlanes * plane_rows(N) * kPlaneStride * 2 + kFlush * kStreamTok * (N + kSsParts) * int(sizeof(float));
-}
-
-__device__ __forceinline__ void named_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ int load_acquire(const int* a) {
-  int v;
-  asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(v) : "l"(a) : "memory");
-  return v;
-}
-
-// done [chunks]: zero at launch; the blocks that finished each chunk's partials.
-template <int n>
-__global__ void __launch_bounds__(kStreamThreads, 1) mix_stream(FwdParams p, int groups, int S, float* part, float* part_ss,
-                                                                int* done) {
-  constexpr int N = n * n + 2 * n, rows = plane_rows(N), NT = rows / 8, kOut = N + kSsParts, kMT = kStreamTok / 16;
-  static_assert(kOut <= 32, "a finisher lane per output of a token");
-  extern __shared__ __align__(16) unsigned char smem[];
-  auto* sp = reinterpret_cast<__nv_bfloat16*>(smem);                                    // [kPlanes][rows][kPlaneStride]
-  float* stash = reinterpret_cast<float*>(smem + kPlanes * rows * kPlaneStride * 2);  // [kFlush][kStreamTok][kOut]
-  __shared__ float hp[kMaxShareTok][n];
-  __shared__ int fin_chunks;  // chunks the block's finishers are done with
-  const int K = n * p.D, D8 = p.D / 8, grp = int(blockIdx.x) / S, s = int(blockIdx.x) % S;
-  const int c_beg = grp * kFlush, c_end = min(int(ceil_div(K, kChunk)), c_beg + kFlush);
-  const int64_t chunk_tok = int64_t(kStreamTok) * S, chunks = ceil_div(p.T, chunk_tok);
-
-  // the group's planes, as split_pg computes them
-  for (int e = threadIdx.x; e < rows * (c_end - c_beg) * kChunk; e += kStreamThreads) {
-    const int j = e / ((c_end - c_beg) * kChunk), kl = e % ((c_end - c_beg) * kChunk), k = c_beg * kChunk + kl;
-    const Planes v(j < N && k < K ? p.pg[int64_t(j) * K + k] : 0.0f);
-#pragma unroll
-    for (int q = 0; q < kPlanes; ++q) sp[(q * rows + j) * kPlaneStride + kl] = v.p[q];
-  }
-  if (threadIdx.x == 0) fin_chunks = 0;
-  __syncthreads();
-
-  const int lane = threadIdx.x % 32, g = lane / 4, tig = lane % 4, warp = threadIdx.x / 32;
-  if (warp < kProdWarps) {
-    // x of the warp's own chunk cc for tokens t0.. (kMT m16 tiles; zeros beyond T or K), kept in L2
-    auto load = [&](int64_t t0, int cc, uint4 (&xr)[kMT][2][2]) {
-      const int k = cc * kChunk + 16 * tig;
-#pragma unroll
-      for (int m = 0; m < kMT; ++m)
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int64_t t = t0 + 16 * m + 8 * r + g;
-#pragma unroll
-          for (int h = 0; h < 2; ++h)
-            xr[m][r][h] = t < p.T && k + 8 * h < K ? __ldcg(reinterpret_cast<const uint4*>(p.x + t * K + k + 8 * h))
-                                                   : make_uint4(0, 0, 0, 0);
-        }
-    };
-    uint4 xr[kOwn][kMT][2][2];
-    const int64_t t_first = kStreamTok * int64_t(s);
-#pragma unroll
-    for (int i = 0; i < kOwn; ++i)
-      if (c_beg + warp + kProdWarps * i < c_end) load(t_first, c_beg + warp + kProdWarps * i, xr[i]);
-    for (int64_t c = 0; c < chunks; ++c) {
-      const int64_t t0 = c * chunk_tok + t_first;
-      if (threadIdx.x == 0)
-        while (c - atomicAdd(&fin_chunks, 0) > kStreamLag) __nanosleep(64);
-      named_barrier(1, 32 * kProdWarps);
-#pragma unroll
-      for (int i = 0; i < kOwn; ++i) {
-        const int cc = c_beg + warp + kProdWarps * i;
-        if (cc >= c_end) continue;
-        float* out = stash + (cc - c_beg) * kStreamTok * kOut;
-#pragma unroll
-        for (int m = 0; m < kMT; ++m)
-#pragma unroll
-          for (int r = 0; r < 2; ++r) out[(16 * m + 8 * r + g) * kOut + N + tig] = chunk_ss(xr[i][m][r]);
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          uint4 br[kPlanes][2];
-#pragma unroll
-          for (int q = 0; q < kPlanes; ++q)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-              br[q][h] = *reinterpret_cast<const uint4*>(sp + (q * rows + nt * 8 + g) * kPlaneStride +
-                                                         (cc - c_beg) * kChunk + 16 * tig + 8 * h);
-          float acc[kMT][4];
-          chunk_mma<kMT>(xr[i], br, acc);
-#pragma unroll
-          for (int m = 0; m < kMT; ++m)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const int j = nt * 8 + 2 * tig + e % 2;
-              if (j < N) out[(16 * m + 8 * (e / 2) + g) * kOut + j] = acc[m][e];
-            }
-        }
-        if (c + 1 < chunks) load(t0 + chunk_tok, cc, xr[i]);
-      }
-      named_barrier(1, 32 * kProdWarps);
-      for (int e = threadIdx.x; e < kStreamTok * kOut; e += 32 * kProdWarps) {
-        const int64_t t = t0 + e / kOut;
-        const int o = e % kOut;
-        if (t >= p.T) continue;
-        float acc = 0.0f;
-        for (int cc = 0; cc < c_end - c_beg; ++cc) acc += stash[cc * kStreamTok * kOut + e];
-        if (o < N)
-          part[(int64_t(grp) * p.T + t) * N + o] = acc;
-        else
-          part_ss[(int64_t(grp) * p.T + t) * kSsParts + (o - N)] = acc;
-      }
-      named_barrier(1, 32 * kProdWarps);
-      if (threadIdx.x == 0) {
-        __threadfence();
-        atomicAdd(done + c, 1);
-      }
-    }
-    return;
-  }
-
-  // finishers: thread ftid's pairs of the share are lo + ftid + kFinThreads v, (token of the chunk,
-  // 8-column index) pairs, in batches of kBatch (32 16-byte loads in flight a thread)
-  constexpr int kFinThreads = 32 * kFinWarps, kBatch = 32 / n;
-  const int ftid = threadIdx.x - 32 * kProdWarps, fwarp = warp - kProdWarps, blocks = int(gridDim.x);
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t c_tok = c * chunk_tok;
-    const int pairs = int(min(chunk_tok, p.T - c_tok) * D8);
-    const int lo = int(int64_t(pairs) * blockIdx.x / blocks), hi = int(int64_t(pairs) * (blockIdx.x + 1) / blocks);
-    const int tb0 = lo / D8;
-    uint4 xs[kBatch][n];
-    auto load = [&](int e, int t, int d) {  // the batch from pair e, at token t and column index d
-#pragma unroll
-      for (int v = 0; v < kBatch; ++v, e += kFinThreads) {
-        if (e < hi)
-#pragma unroll
-          for (int i = 0; i < n; ++i) xs[v][i] = __ldcs(reinterpret_cast<const uint4*>(p.x + (c_tok + t) * K + i * p.D + d * 8));
-        for (d += kFinThreads; d >= D8; d -= D8) ++t;
-      }
-    };
-    int tb = (lo + ftid) / D8, d8 = (lo + ftid) % D8;  // the thread's next pair
-    load(lo + ftid, tb, d8);  // x is an input: its loads go out before the wait for the partials
-    if (ftid == 0)
-      while (load_acquire(done + c) < blocks) __nanosleep(64);
-    named_barrier(2, kFinThreads);
-    if (lo < hi) {
-      const int ntok = (hi - 1) / D8 - tb0 + 1;
-      for (int u = fwarp; u < ntok; u += kFinWarps) {  // a warp per token of the share: its gates
-        const int64_t t = c_tok + tb0 + u;
-        float acc = 0.0f;
-        if (lane < kOut) {
-          const float* src = lane < N ? part + t * N + lane : part_ss + t * kSsParts + (lane - N);
-          const int64_t stride = p.T * (lane < N ? N : kSsParts);
-          for (int s0 = 0; s0 < groups; s0 += 16) {
-            float v[16];
-#pragma unroll
-            for (int q = 0; q < 16; ++q) v[q] = s0 + q < groups ? __ldcg(src + (s0 + q) * stride) : 0.0f;
-#pragma unroll
-            for (int q = 0; q < 16; ++q)
-              if (s0 + q < groups) acc += v[q];
-          }
-        }
-        float ss[kSsParts];
-#pragma unroll
-        for (int q = 0; q < kSsParts; ++q) ss[q] = __shfl_sync(0xffffffffu, acc, N + q);
-        const float inv = inv_rms_of(ss, K, p.norm_eps);
-        const bool writes = (tb0 + u) * D8 >= lo;  // the token's first pair is the block's
-        if (lane < N) {
-          const float v = gate<n>(p, lane, acc, inv);
-          if (lane < n) hp[u][lane] = v;
-          if (writes) store_gate<n>(p, t, lane, acc, v);
-        }
-        if (writes && lane == 0) p.inv_rms[t] = inv;
-      }
-      named_barrier(2, kFinThreads);
-      for (int e = lo + ftid; e < hi; e += kBatch * kFinThreads) {
-        if (e > lo + ftid) load(e, tb, d8);
-#pragma unroll
-        for (int v = 0; v < kBatch; ++v) {
-          if (e + v * kFinThreads < hi)
-            __stcs(reinterpret_cast<uint4*>(p.h_in + (c_tok + tb) * p.D + d8 * 8), h_in8<n>(xs[v], hp[tb - tb0]));
-          for (d8 += kFinThreads; d8 >= D8; d8 -= D8) ++tb;
-        }
-      }
-    }
-    named_barrier(2, kFinThreads);
-    if (ftid == 0) atomicExch(&fin_chunks, int(c + 1));
-  }
-}
-
 // Whether mix_group's shared memory fits the current device (asked once per process and n).
 template <int n> bool group_fits() {
   static const bool fits = [] {
@@ -786,28 +551,6 @@ template <int n> bool group_fits() {
   return fits;
 }
 
-// mix_stream's blocks per group for a shape on the current device, 0 where it does not apply:
-// n <= 4, D a multiple of 8, at least kStreamMinGroups groups of K, a block an SM for every
-// group, and kStreamMinChunks chunks of tokens or more.
-constexpr int kStreamMinChunks = 8;
-template <int n> int stream_split(int64_t T, int D, int groups) {
-  if constexpr (n > 4) {
-    return 0;
-  } else {
-    static const int sms = [] {  // SMs where a block of mix_stream fits (0: it does not fit one)
-      int dev = 0, count = 0, per_sm = 0;
-      CUDA_CHECK(cudaGetDevice(&dev));
-      CUDA_CHECK(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev));
-      CUDA_CHECK(cudaFuncSetAttribute(mix_stream<n>, cudaFuncAttributeMaxDynamicSharedMemorySize, stream_smem_bytes<n>()));
-      CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mix_stream<n>, kStreamThreads, stream_smem_bytes<n>()));
-      return per_sm > 0 ? count : 0;
-    }();
-    if (D % 8 != 0 || groups < kStreamMinGroups) return 0;
-    const int S = sms / groups;
-    return S > 0 && ceil_div(T, int64_t(kStreamTok) * S) >= kStreamMinChunks ? S : 0;
-  }
-}
-
 template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   constexpr int N = n * n + 2 * n;
   const int K = n * p.D;
@@ -816,25 +559,6 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
   auto* planes = reinterpret_cast<__nv_bfloat16*>(p.scratch);
   float* part = p.scratch + plane_floats;
   float* part_ss = part + int64_t(pl.groups) * p.T * N;
-  if constexpr (n <= 4) {
-    if (const int S = stream_split<n>(p.T, p.D, pl.groups); S > 0) {
-      int* done = reinterpret_cast<int*>(part_ss + int64_t(pl.groups) * p.T * kSsParts);
-      const int64_t chunks = ceil_div(p.T, int64_t(kStreamTok) * S);
-      CUDA_CHECK(cudaMemsetAsync(done, 0, chunks * sizeof(int), s));
-      cudaLaunchAttribute attr{};
-      attr.id = cudaLaunchAttributeCooperative;  // every block resident at once, or the launch fails
-      attr.val.cooperative = 1;
-      cudaLaunchConfig_t cfg{};
-      cfg.gridDim = unsigned(pl.groups * S);
-      cfg.blockDim = kStreamThreads;
-      cfg.dynamicSmemBytes = stream_smem_bytes<n>();
-      cfg.stream = s;
-      cfg.attrs = &attr;
-      cfg.numAttrs = 1;
-      CUDA_CHECK(cudaLaunchKernelEx(&cfg, mix_stream<n>, p, pl.groups, S, part, part_ss, done));
-      return;
-    }
-  }
   // The pass's first kernel is an ordinary launch; each later one a programmatic dependent of
   // the one before (dependent_launch.cuh).
   if (!pl.split) {
@@ -865,8 +589,7 @@ template <int n> void launch(const FwdParams& p, cudaStream_t s) {
 
 int64_t forward_scratch_floats(int64_t T, int n, int D) {
   const int N = n * n + 2 * n, K = n * D;
-  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + k_groups(K) * T * (N + kSsParts) +
-         ceil_div(T, kStreamTok);  // mix_stream's counters, one int a chunk
+  return ceil_div(kPlanes * plane_rows(N) * plane_cols(K), 8) * 4 + k_groups(K) * T * (N + kSsParts);
 }
 
 void launch_forward(const FwdParams& p, cudaStream_t s) {
