@@ -4,8 +4,10 @@
 #include <H5Cpp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "backends.h"
 #include "h5io.h"
@@ -135,6 +137,29 @@ TEST_SUITE("cli") {
     CHECK(planted.rc == 2);
     CHECK(test::read_bytes(b.in) == in_bytes);
     CHECK(!std::filesystem::exists(std::filesystem::symlink_status(out2)));
+    // diff's --report and --dump-diff, created by another process while the diff ran: kept
+    // without --force (both were always replaced; review B, session 21)
+    for (const char* opt : {"--report", "--dump-diff"}) {
+      const std::string made = b.dir + "/made" + (opt[2] == 'r' ? ".html" : ".h5");
+      auto raced = test::sh(test::mhc(cat("diff 'exec:cp ", b.out, " {out}; echo precious > ", made, " # {in}' ", b.out, " ",
+                                          opt, " ", made)));
+      CAPTURE(raced.err);
+      CHECK(raced.rc == 2);
+      CHECK(raced.err.find("exists (created meanwhile by another process?)") != std::string::npos);
+      CHECK(test::read_bytes(made) == "precious\n");
+    }
+  }
+
+  TEST_CASE("the same command writes the same bytes (no HDF5 timestamps in gen, run and diff's files)") {
+    Bad b("same_bytes");
+    for (int i : {1, 2}) {
+      if (i == 2) std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // timestamps have a resolution of 1 s
+      REQUIRE(test::sh(test::mhc(cat("gen --force --shape 9,3,20 --seed 4 ", b.dir, "/g", i, ".h5"))).rc == 0);
+      REQUIRE(test::sh(test::mhc(cat("run -q --force ", b.dir, "/g1.h5 ", b.dir, "/r", i, ".h5"))).rc == 0);
+      REQUIRE(test::sh(test::mhc(cat("diff ", b.dir, "/r1.h5 cpu:fp64 --dump-diff ", b.dir, "/d", i, ".h5"))).rc == 0);
+    }
+    for (const char* f : {"/g", "/r", "/d"})
+      CHECK(test::read_bytes(cat(b.dir, f, 1, ".h5")) == test::read_bytes(cat(b.dir, f, 2, ".h5")));
   }
 
   TEST_CASE("forward-only inputs give a forward-only output") {
@@ -165,7 +190,10 @@ TEST_SUITE("cli") {
                              "diff cpu cpu --budget-factor nan", "diff cpu cpu --tolerance fixed --atol nan",
                              "diff cpu cpu --tolerance fixed --rtol inf", "diff cpu cpu --tolerance fixed --tol dphi=nan,nan",
                              "diff cpu cpu --dump-diff x.h5 --report ./x.h5",
-                             "run --chunk 0 a.h5 b.h5", "run --chunk -5 a.h5 b.h5", "diff cpu cpu --tile 0"}) {
+                             "run --chunk 0 a.h5 b.h5", "run --chunk -5 a.h5 b.h5", "diff cpu cpu --tile 0",
+                             // an empty --require was no requirement at all; a denormal was "not > 0"
+                             "diff cpu cpu --require ''", "diff cpu cpu --require h_mix,,dphi", "check cpu --require ''",
+                             "diff cpu cpu --budget-factor 1e-320"}) {
       CAPTURE(args);
       auto e = test::sh(test::mhc(args));
       CHECK(e.rc == 2);
@@ -176,6 +204,8 @@ TEST_SUITE("cli") {
     // a 309-digit "range" for --chunk 0 and --tile 0; a contradiction resolved in silence
     CHECK(test::sh(test::mhc("run --chunk 0 a.h5 b.h5")).err.find("--chunk: expected a whole number from 1") != std::string::npos);
     CHECK(test::sh(test::mhc("diff cpu cpu --tile 0")).err.find("--tile: expected a whole number from 1") != std::string::npos);
+    CHECK(test::sh(test::mhc("diff cpu cpu --require ''")).err.find("--require '': an empty stage name") != std::string::npos);
+    CHECK(test::sh(test::mhc("diff cpu cpu --budget-factor 1e-320")).err.find("out of the range of a double") != std::string::npos);
     save_case("contradiction.h5", generate_case(parse_shape("8,4,8"), 1, true));
     auto both = test::sh(test::mhc("run --backend cpu:fp64 --precision fp32 contradiction.h5 contradiction.out.h5"));
     CHECK(both.rc == 2);
@@ -404,6 +434,18 @@ TEST_SUITE("cli") {
     CHECK(test::sh(test::mhc("gen --shape 1,4,16384 --seed 4 " + dir + "/t1.h5")).rc == 0);
     CHECK(test::sh(test::mhc("run -q " + dir + "/t1.h5 " + dir + "/t1_out.h5")).rc == 0);
     CHECK(test::sh("MHC_MAX_MEMORY=1000000000 " + test::mhc("diff cpu " + dir + "/t1_out.h5")).rc == 0);
+#ifndef __SANITIZE_ADDRESS__  // AddressSanitizer reserves terabytes of address space: no ulimit -v under it
+    // an address-space limit (ulimit -v) is a memory limit too: the diff that holds the case
+    // whole was an internal error (bad_alloc, exit 3), the streamed run fits its chunks under it
+    // (review B, session 21)
+    CHECK(test::sh(test::mhc("gen --shape 4096,4,1024 --seed 4 " + dir + "/v.h5")).rc == 0);
+    CHECK(test::sh(test::mhc("run -q " + dir + "/v.h5 " + dir + "/v_out.h5")).rc == 0);
+    auto v = test::sh("ulimit -v 400000 && " + test::mhc("diff " + dir + "/v_out.h5 cpu --dump-diff " + dir + "/v_d.h5"));
+    CHECK(v.rc == 2);
+    CHECK(v.err.find("more than the memory limit of") != std::string::npos);
+    CHECK(test::sh("ulimit -v 150000 && " + test::mhc("run -q " + dir + "/v.h5 " + dir + "/v_lim.h5")).rc == 0);
+    CHECK(test::read_bytes(dir + "/v_lim.h5") == test::read_bytes(dir + "/v_out.h5"));
+#endif
   }
 
   TEST_CASE("the backend registry: --help lists every backend with its availability; unknown names list them") {
@@ -443,8 +485,8 @@ TEST_SUITE("cli") {
                    {"/forward/H_PRE is not a stage of the schema", "did you mean /forward/h_pre?", "nothing written"});
     b.expect_error(exec("python3 kernel.py"), {"must name {in}", "{out}"});
     // check reported every case as failed, status 1, where no case could run
-    for (const std::string& args : {"check 'exec:python3 kernel.py' --cases quick", "check cpu --against exec:true --cases quick",
-                                    "diff 'exec:python3 kernel.py' cpu --shape 3,4,8"})
+    for (const char* args : {"check 'exec:python3 kernel.py' --cases quick", "check cpu --against exec:true --cases quick",
+                              "diff 'exec:python3 kernel.py' cpu --shape 3,4,8"})
       b.expect_error(args, {"must name {in}", "{out}"});
     auto r = test::sh(test::mhc(exec("no-such-program-here {in} {out}")));  // the shell's own line comes first
     CHECK(r.rc == 2);

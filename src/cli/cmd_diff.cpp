@@ -50,7 +50,7 @@ std::pair<int64_t, int64_t> parse_tokens(const std::string& text, int64_t T) {
 }
 
 // --dump-diff: per compared stage, A - B, the error in the stage's unit and the mismatch mask.
-void dump_diff(const std::string& path, const Problem& p, const DiffReport& rep) {
+void dump_diff(const std::string& path, const Problem& p, const DiffReport& rep, bool replace) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const StageReport& s : rep.stages) {
     if (!s.compared) continue;
@@ -70,7 +70,7 @@ void dump_diff(const std::string& path, const Problem& p, const DiffReport& rep)
     out.emplace_back(cat("/", s.name, "/error"), std::move(e));
     out.emplace_back(cat("/", s.name, "/mismatch"), std::move(m));
   }
-  save_tensors(path, out);
+  save_tensors(path, out, replace);
 }
 
 // The /inputs of two heads: "" when they agree (parameters, eps, shapes), else what differs.
@@ -138,7 +138,7 @@ void add_diff(CLI::App& app, int& rc) {
     opt.budget_factor = o->factor, opt.atol = o->atol, opt.rtol = o->rtol, opt.tile = o->tile;
     opt.accept = parse_accuracy(o->accept);
     opt.keep_elements = !o->dump.empty();
-    if (!o->require.empty()) opt.require = parse_require(o->require);
+    if (sub->get_option("--require")->count()) opt.require = parse_require(o->require);
     for (auto& t : o->tol) {
       auto eq = t.find('=');
       std::string name = t.substr(0, eq);
@@ -296,8 +296,8 @@ void add_diff(CLI::App& app, int& rc) {
                 << report_table(rep, colour);
     }
     flush_stdout();  // before the files: a report that cannot be printed leaves none of them
-    if (!o->dump.empty()) dump_diff(o->dump, prob, rep);
-    if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)));
+    if (!o->dump.empty()) dump_diff(o->dump, prob, rep, o->force);
+    if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)), o->force);
     rc = rep.exit_status();
   });
 }

@@ -28,7 +28,8 @@ inline CLI::Validator finite_number(bool zero) {
         char* end = nullptr;
         errno = 0;
         const double v = std::strtod(s.c_str(), &end);
-        if (s.empty() || *end || errno == ERANGE || !std::isfinite(v) || !(zero ? v >= 0 : v > 0))
+        if (!s.empty() && !*end && errno == ERANGE) return "out of the range of a double's normal numbers";
+        if (s.empty() || *end || !std::isfinite(v) || !(zero ? v >= 0 : v > 0))
           return zero ? "expected a finite number >= 0" : "expected a finite number > 0";
         return "";
       },

@@ -89,6 +89,10 @@ int main(int argc, char** argv) {
     std::cout.flush();
     std::cerr.flush();
     std::_Exit(2);
+  } catch (const std::bad_alloc&) {  // a limit memory_limit() could not see, or an estimate too low
+    std::cerr << "mhc: error: out of memory: this command needs more than the process may allocate (ulimit -v, a "
+                 "container's limit, other processes); MHC_MAX_MEMORY=BYTES makes streamed commands use less\n";
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "mhc: internal error: " << e.what() << "\n";
     return 3;

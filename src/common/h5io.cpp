@@ -2,6 +2,7 @@
 
 #include <H5Cpp.h>
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -988,13 +989,35 @@ void abandon(const H5::DataSet& ds) {
   kept->push_back(ds);
 }
 
+// The files mhc writes hold no object timestamps (HDF5 records creation and modification times
+// by default): the same outputs are then the same bytes, run after run (review B, session 21).
+H5::DSetCreatPropList untimed_dataset() {
+  H5::DSetCreatPropList p;
+  H5Pset_obj_track_times(p.getId(), false);
+  return p;
+}
+std::unique_ptr<H5::H5File> create_file(const std::string& temp) {
+  H5::FileCreatPropList p;  // the root group's
+  H5Pset_obj_track_times(p.getId(), false);
+  return std::make_unique<H5::H5File>(temp, H5F_ACC_EXCL, p);
+}
+void create_group(H5::H5File& f, const std::string& name) {
+  const hid_t gcpl = H5Pcreate(H5P_GROUP_CREATE);
+  H5Pset_obj_track_times(gcpl, false);
+  const hid_t id = H5Gcreate2(f.getId(), name.c_str(), H5P_DEFAULT, gcpl, H5P_DEFAULT);
+  H5Pclose(gcpl);
+  if (id < 0) throw H5::GroupIException("create_group", "H5Gcreate2 failed");
+  H5Gclose(id);
+}
+
+// Dataset `path` of f (its groups created where missing) holding t.
 void write_dataset(H5::H5File& f, const std::string& path, const Tensor& t) {
   std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
   H5::DataSpace sp(int(dims.size()), dims.data());
   H5::DataType ft = file_type(t.dtype);
-  H5::LinkCreatPropList lcpl;
-  lcpl.setCreateIntermediateGroup(true);
-  H5::DataSet ds = f.createDataSet(path, ft, sp, H5::DSetCreatPropList::DEFAULT, H5::DSetAccPropList::DEFAULT, lcpl);
+  for (size_t slash = path.find('/', 1); slash != std::string::npos; slash = path.find('/', slash + 1))
+    if (!f.nameExists(path.substr(0, slash))) create_group(f, path.substr(0, slash));
+  H5::DataSet ds = f.createDataSet(path, ft, sp, untimed_dataset());
   try {
     if (t.size()) ds.write(t.bytes.data(), mem_type(t.dtype));
     ds.close();  // where libhdf5 writes what it still holds: a full disk fails here
@@ -1018,7 +1041,7 @@ void write_atomically(const std::string& path, bool replace, const std::function
   OutputFile out(path, replace);
   std::unique_ptr<H5::H5File> f;
   try {
-    f = std::make_unique<H5::H5File>(out.temp_to_create(), H5F_ACC_EXCL);
+    f = create_file(out.temp_to_create());
     out.created(vfd_descriptor(*f));
     write_str_attr(*f, "producer", "mhc");
     write_str_attr(*f, "version", MHC_VERSION);
@@ -1057,7 +1080,7 @@ CaseWriter::CaseWriter(const std::string& path, const Case& head, bool replace) 
   Impl& m = *impl_;
   m.prob = head.prob;
   m.guarded([&] {
-    m.f = std::make_unique<H5::H5File>(m.out.temp_to_create(), H5F_ACC_EXCL);
+    m.f = create_file(m.out.temp_to_create());
     m.out.created(vfd_descriptor(*m.f));
     H5::H5File& f = *m.f;
     write_str_attr(f, "producer", "mhc");
@@ -1068,7 +1091,8 @@ CaseWriter::CaseWriter(const std::string& path, const Case& head, bool replace) 
     f.createAttribute("schema_version", H5::PredType::STD_I32LE, H5::DataSpace(H5S_SCALAR))
         .write(H5::PredType::NATIVE_INT, &schema);
     for (Group grp : {Group::inputs, Group::forward, Group::backward}) {
-      H5::Group g = f.createGroup(cat("/", group_name(grp)));
+      create_group(f, cat("/", group_name(grp)));
+      H5::Group g = f.openGroup(cat("/", group_name(grp)));
       if (grp == Group::inputs)
         for (auto [key, v] : {std::pair{"norm_eps", head.prob.norm_eps}, std::pair{"hc_eps", head.prob.hc_eps}})
           g.createAttribute(key, H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR))
@@ -1091,7 +1115,8 @@ void CaseWriter::write(const Case& c, int64_t t0) {
       if (fresh) {
         Shape full = whole ? t.shape : stage_shape(s, m.prob);
         std::vector<hsize_t> dims(full.begin(), full.end());
-        m.made[s.name] = m.f->createDataSet(dataset_path(s), file_type(t.dtype), H5::DataSpace(int(dims.size()), dims.data()));
+        m.made[s.name] =
+            m.f->createDataSet(dataset_path(s), file_type(t.dtype), H5::DataSpace(int(dims.size()), dims.data()), untimed_dataset());
       }
       H5::DataSet& ds = m.made[s.name];
       if (!t.size()) continue;
@@ -1140,14 +1165,14 @@ void save_case(const std::string& path, const Case& c, bool replace, const std::
   w.commit();
 }
 
-void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets) {
-  write_atomically(path, true, [&](H5::H5File& f) {
+void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets, bool replace) {
+  write_atomically(path, replace, [&](H5::H5File& f) {
     for (auto& [name, t] : datasets) write_dataset(f, name, t);
   });
 }
 
-void save_text(const std::string& path, const std::string& text) {
-  OutputFile out(path, true);
+void save_text(const std::string& path, const std::string& text, bool replace) {
+  OutputFile out(path, replace);
   FILE* f = fdopen(out.create(), "wb");
   if (!f) fail(path, ": cannot write: ", std::strerror(errno));
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
@@ -1249,6 +1274,29 @@ void check_memory(const std::string& where, const Problem& p, double need) {
          double(memory_limit()) / 1e9, " GB (MHC_MAX_MEMORY=BYTES to change it)");
 }
 
+namespace {
+
+// Bytes the process may still allocate under a limit of its own: ulimit -v and -d, less what it
+// maps already (an over-estimate of the data it holds), and a cgroup v2 memory.max, less what the
+// cgroup uses; UINT64_MAX where there is none. (MemAvailable alone let an allocation under
+// `ulimit -v` fail as an internal error: review B, session 21.)
+uint64_t process_headroom() {
+  uint64_t room = UINT64_MAX, pages = 0;
+  std::ifstream("/proc/self/statm") >> pages;
+  const uint64_t mapped = pages * uint64_t(sysconf(_SC_PAGE_SIZE));
+  for (int resource : {RLIMIT_AS, RLIMIT_DATA}) {
+    rlimit r{};
+    if (getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
+      room = std::min<uint64_t>(room, r.rlim_cur > mapped ? r.rlim_cur - mapped : 0);
+  }
+  uint64_t max = 0, current = 0;  // "max" (no limit) reads as no number
+  if (std::ifstream("/sys/fs/cgroup/memory.max") >> max && std::ifstream("/sys/fs/cgroup/memory.current") >> current)
+    room = std::min(room, max > current ? max - current : 0);
+  return room;
+}
+
+}  // namespace
+
 uint64_t memory_limit() {
   static const uint64_t limit = [] {
     if (const char* env = std::getenv("MHC_MAX_MEMORY")) {  // digits only: strtoull took -1 for 2^64 - 1
@@ -1261,10 +1309,10 @@ uint64_t memory_limit() {
     }
     std::ifstream f("/proc/meminfo");
     std::string key;
-    uint64_t kb = 0;
+    uint64_t kb = 0, available = uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
     while (f >> key >> kb)
-      if (key == "MemAvailable:") return kb * 1024;
-    return uint64_t(sysconf(_SC_PHYS_PAGES)) * uint64_t(sysconf(_SC_PAGE_SIZE));
+      if (key == "MemAvailable:") available = kb * 1024;
+    return std::min(available, process_headroom());
   }();
   return limit;
 }

@@ -123,11 +123,12 @@ class CaseWriter {
   std::unique_ptr<Impl> impl_;
 };
 
-// Writes datasets ("/group/name" -> tensor) to a new file, atomically like save_case.
-void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets);
+// Writes datasets ("/group/name" -> tensor) to a new file, atomically like save_case; an existing
+// file (one created meanwhile too) is replaced only with `replace`.
+void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets, bool replace);
 
 // Writes a text file (an HTML report) the same way: temporary file, then rename.
-void save_text(const std::string& path, const std::string& text);
+void save_text(const std::string& path, const std::string& text, bool replace);
 
 // A dataset as stored, for `inspect`; names non-float types too.
 struct DatasetInfo {

@@ -118,7 +118,8 @@ enum class Scaling { common, relative, with_x, with_inv };
 // the n pre rows were 1000x the others, set the stage's RMS, and a 1e-3 error in all the other
 // rows passed (review A, session 20).
 Unit unit_of(const Stage& s, const Tensor& ref, int64_t tokens, const TokenScales& ts) {
-  Unit u{s.dtype == DType::bf16, finite_rms(ref)};
+  Unit u;
+  u.ulp = s.dtype == DType::bf16, u.rms = finite_rms(ref);
   const std::string name = s.name;
   const bool dphi_rows = name == "dphi" && ref.shape.size() == 2 && ref.shape[0] > 0;
   if (u.ulp || (!per_token(s) && !dphi_rows) || tokens <= 0) return u;
@@ -677,6 +678,9 @@ std::set<std::string> parse_require(const std::string& text) {
       if (item == "all" || item == s.name || item == group_name(s.group) || (item == "outputs" && s.output))
         out.insert(s.name), found = true;
     }
+    if (item.empty())
+      fail("--require '", text, "': an empty stage name; expected all, forward, backward, outputs, none or computed stages "
+           "(e.g. h_mix,dphi)");
     if (!found) {
       const Stage* near = nearest_stage(item, true);
       fail("--require ", item, ": expected all, forward, backward, outputs, none or computed stages (e.g. h_mix,dphi)",
