@@ -148,8 +148,13 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
     const std::string file = kept_name(cc.name);
     try {  // a full disk costs the kept files of this case, not the rest of the sweep
       save_case(cat(keep, "/", file, ".in.h5"), in);
-      for (auto [side, c] : {std::pair{"a", &a}, std::pair{"ref", &b}})
-        if (c->t.size() > in.t.size()) save_case(cat(keep, "/", file, ".", side, ".h5"), *c);
+      for (auto [side, c] : {std::pair{"a", &a}, std::pair{"ref", &b}}) {
+        const std::string path = cat(keep, "/", file, ".", side, ".h5");
+        if (c->t.size() > in.t.size())
+          save_case(path, *c);
+        else if (std::error_code ec; std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec)))
+          std::filesystem::remove(path, ec);  // an earlier sweep's run: not beside these inputs (review B, session 21)
+      }
       o.kept = true;
     } catch (const UserError& e) {
       o.reason += cat(o.reason.empty() ? "" : "; ", "not kept: ", e.what());
@@ -274,7 +279,8 @@ void add_check(CLI::App& app, int& rc) {
   sub->add_option("--require", o->require, "stages each run must give: outputs (h_in, h_post, h_res and, where the case "
                   "has gradients, dx, dphi, dalpha, dbias, dgamma), all, forward, backward, none or a list; a missing one fails the case")
       ->capture_default_str();
-  sub->add_option("--keep", o->keep, "write the inputs and both runs of every failing case to DIR (for mhc diff)");
+  sub->add_option("--keep", o->keep, "write the inputs and both runs of every failing case to DIR (for mhc diff), "
+                                     "replacing an earlier sweep's files of its cases");
   sub->add_option("--timeout", o->timeout, "exec: seconds a command may run")->check(kPositive)
       ->capture_default_str();
   sub->add_flag("--json", o->json, "print the results as one JSON object");

@@ -24,6 +24,10 @@ void add_inspect(CLI::App& app, int& rc) {
       std::printf("%-22s %-16s %-9s", one_line(d.path).c_str(), shape_str(d.shape).c_str(), one_line(d.type).c_str());
       if (!d.unread.empty()) {
         std::printf("  (not read: %s)", one_line(d.unread).c_str());
+      } else if (d.is_float && numel(d.shape) == 0) {
+        std::printf("  (no elements)");
+      } else if (d.has_stats && !d.stats.finite) {  // NaN and Inf only: no min, max or mean
+        std::printf(" %12s %12s %12s %8lld %8lld", "-", "-", "-", (long long)d.stats.nan, (long long)d.stats.inf);
       } else if (d.has_stats) {
         const Stats& s = d.stats;
         std::printf(" %12.5g %12.5g %12.5g %8lld %8lld", s.min, s.max, s.mean, (long long)s.nan, (long long)s.inf);

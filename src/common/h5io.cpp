@@ -829,9 +829,14 @@ H5::H5File open_h5(const std::string& path) {
   }
 }
 
+// A string attribute, cut to its first 16 KiB with a note of its length: libhdf5 1.10 refuses an
+// attribute over 64 KiB in the object header, and a working exec kernel whose command was that
+// long could not be written (review B, session 21).
 void write_str_attr(H5::H5Object& o, const std::string& key, const std::string& value) {
-  H5::StrType st(H5::PredType::C_S1, value.size() ? value.size() : 1);
-  o.createAttribute(key, st, H5::DataSpace(H5S_SCALAR)).write(st, value);
+  constexpr size_t kMost = 16384;
+  const std::string v = value.size() <= kMost ? value : cat(value.substr(0, kMost), "... (", value.size(), " bytes in all)");
+  H5::StrType st(H5::PredType::C_S1, v.size() ? v.size() : 1);
+  o.createAttribute(key, st, H5::DataSpace(H5S_SCALAR)).write(st, v);
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ void StatsAccumulator::add(const Tensor& t) {
       s_.min = std::min(s_.min, v);
       s_.max = std::max(s_.max, v);
       sum_ += v;
-      sq_ += v * v;
+      sq_ += (long double)v * v;
     }
   }
 }
@@ -26,8 +26,8 @@ void StatsAccumulator::add(const Tensor& t) {
 Stats StatsAccumulator::result() const {
   Stats s = s_;
   if (s.finite) {
-    s.mean = sum_ / double(s.finite);
-    s.rms = std::sqrt(sq_ / double(s.finite));
+    s.mean = double(sum_ / (long double)s.finite);
+    s.rms = double(std::sqrt(sq_ / (long double)s.finite));
   } else {  // no finite element: no statistic (an all-NaN dataset showed mean 0)
     s.min = s.max = s.mean = s.rms = std::numeric_limits<double>::quiet_NaN();
   }

@@ -17,7 +17,7 @@ struct StatsAccumulator {
 
  private:
   Stats s_;
-  double sum_ = 0, sq_ = 0;
+  long double sum_ = 0, sq_ = 0;  // long: the mean of [1.7e308, 1.7e308] was inf (review B, session 21)
 };
 
 }  // namespace mhc

@@ -222,7 +222,7 @@ def round_h_in(h, bug):  # h: [T,D] float32 -> bf16 values
     return bf16_rne(h)
 
 
-def backward(inp, fwd, aux, order, gemm, bug):
+def backward(inp, fwd, aux, order, gemm, bug, dx_form="dvecX"):
     """Hand-written gradients of L = <h_in,dh_in> + <h_post,dh_post> + <h_res,dh_res>.
     inp: as forward plus dh_in [T,D], dh_post [T,n], dh_res [T,n,n]; fwd/aux from forward."""
     x, phi, alpha, gamma = inp["x"], inp["phi"], inp["alpha"], inp["gamma"]
@@ -252,7 +252,13 @@ def backward(inp, fwd, aux, order, gemm, bug):
     dvecX = ordered_sum(order, [dm.t(), ph], lambda a, b: (a[:, :, None], b[:, None, :]), lambda: dm @ ph)  # [T,K]
 
     c = -(dinv_rms * (inv_rms * inv_rms * inv_rms)) / K  # d inv_rms / d v = -inv_rms^3 v / K, [T]
-    dx = dvecX * gamma.reshape(1, K) + c[:, None] * v
+    if dx_form == "fused":  # gamma folded into the GEMM's weights, not applied to dvecX
+        dx = dm @ (phi * gamma.reshape(1, K)) + c[:, None] * v
+    elif dx_form == "textbook":  # the norm's textbook backward: inv_rms (dxn - xn <dxn, xn> / K)
+        dxn, xn = G_mix @ (phi * gamma.reshape(1, K)), v * inv_rms[:, None]
+        dx = inv_rms[:, None] * (dxn - xn * ((dxn * xn).sum(1) / K)[:, None])
+    else:
+        dx = dvecX * gamma.reshape(1, K) + c[:, None] * v
     if bug != "dx_no_hpre":
         dx = dx + (h_pre[:, :, None] * dh_in[:, None, :]).reshape(T, K)
     dx = bf16_rne(dx).reshape(T, n, D)
@@ -350,6 +356,9 @@ def parse_args(argv):
     p.add_argument("--gemm", choices=["fp32", "tf32", "bf16"], default="fp32")
     p.add_argument("--bug", choices=sorted(BUGS), default=None)
     p.add_argument("--norm-first", action="store_true", help="the gates from (x inv_rms) w^T, not h_mix inv_rms")
+    p.add_argument("--dx", choices=["dvecX", "fused", "textbook"], default="dvecX",
+                   help="dx from dvecX*gamma (default), from dh_mix (phi*gamma) (gamma folded into the weights), "
+                        "or the norm's textbook backward inv_rms (dxn - xn <dxn,xn>/K); dvecX is dumped as dh_mix phi")
     p.add_argument("--stages", default="all", help="all, forward, backward, none (only /inputs) or a comma list of stages")
     p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW")
     p.add_argument("--dtype-override", action="append", default=[], metavar="STAGE=DTYPE")
@@ -368,7 +377,7 @@ def main(argv):
         fwd, aux = forward(inp, args.order, args.gemm, args.bug, args.norm_first)
         stages = dict(fwd)
         if "dh_in" in inp and any(s in BACKWARD for s in want):
-            stages.update(backward(inp, fwd, aux, args.order, args.gemm, args.bug))
+            stages.update(backward(inp, fwd, aux, args.order, args.gemm, args.bug, args.dx))
     write_output(args, {k: v for k, v in stages.items() if k in want}, tok)
 
 

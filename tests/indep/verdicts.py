@@ -53,6 +53,11 @@ UNEVEN_CLEAN = [("256,4,1024@pad", "seq"), ("256,4,1024@pad", "blas"), ("2,128,4
 # a bug in them alone passed, every later stage excused as inheriting it (session 20).
 SCALED_CLEAN = [("256,4,1024@bos", "rev"), ("256,4,1024@bos", "blas"), ("3,4,512@bos", "rev"),
                 ("64,4,1024@tiny", "seq"), ("64,4,1024@tiny", "splitk")]
+# dx formed another correct way than dvecX*gamma (kernel.py --dx): where dx's terms cancel, the
+# rounding check's replay from the dumped dvecX lay a flip's width from what the kernel rounded,
+# and 1 element in 2M was called "truncation" (review A, session 21; @small: x times 2^-10, where
+# it happened at 3 seeds of 3)
+DX_CLEAN = [("512,4,1000@small", "fused"), ("512,4,1000@small", "textbook"), ("512,4,1000", "textbook")]
 BUG_SHAPE = "1024,4,1000"  # T = 1024 (late_tokens), K % 64 = 32 (tail_tile)
 TIES_SHAPE = "2048,4,4096"  # enough values of h_in near bf16 ties for double rounding
 # Not here: h_in rounded half away from zero. mhc names it only where A's values off the ties are
@@ -224,7 +229,9 @@ def clean_cases(quick):
              + UNEVEN_CLEAN + SCALED_CLEAN)
     return [Case(f"clean {o} {s} vs {ref}", s, ["--order", o], ref=ref,
                  checks=[exit_is(0), field_is("verdict", "match")])
-            for s, o in pairs for ref in ("cpu", "cpu:fp64")]
+            for s, o in pairs for ref in ("cpu", "cpu:fp64")] + [
+        Case(f"clean dx {form} {s} vs cpu", s, ["--dx", form], checks=[exit_is(0), field_is("verdict", "match")])
+        for s, form in DX_CLEAN]
 
 
 def decode_cases():
@@ -392,7 +399,7 @@ class Runner:
                 if edit != "sat":
                     b[n:2 * n] = [(18.0, -20.0, 30.0, 38.0)[i % 4] for i in range(n)]
                 f["inputs/bias"][...] = b
-        if fresh and made[1] is None and edit in ("pad", "big", "bos", "tiny"):
+        if fresh and made[1] is None and edit in ("pad", "big", "bos", "tiny", "small"):
             with h5py.File(path, "r+") as f:
                 x = f["inputs/x"]
                 v = x[()].reshape(-1, *x.shape[-2:])  # tokens flat
@@ -400,6 +407,8 @@ class Runner:
                     v[v.shape[0] - max(1, v.shape[0] // 8):] = 0
                 elif edit == "tiny":
                     v[3] *= 2.0 ** -10  # exact in bf16
+                elif edit == "small":
+                    v *= 2.0 ** -10
                 else:
                     v[0] *= 64 if edit == "big" else 1024  # exact in bf16
                 x[...] = v.reshape(x.shape)
