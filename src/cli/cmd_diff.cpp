@@ -200,11 +200,15 @@ void add_diff(CLI::App& app, int& rc) {
 
     // Beyond the blocks the readers checked, what grows with T: a generated case (held whole),
     // a backend side that runs the whole case, and --dump-diff's error, mask and difference of
-    // every element and the tensors written from them (21 bytes). Checked before generating.
+    // every element and the tensors written from them (21 bytes); and the reordered sums of a
+    // case of one block. Checked before generating.
     auto check_diff_memory = [&](const Problem& prob, const std::string& where, bool generated) {
       const CaseBytes all = case_bytes(prob), all64 = case_bytes(prob, true);
       double need = all64.with(double(std::min(kTokenBlock, prob.T()))) * kDiffCopies;
       if (generated) need += 2 * all.with(double(prob.T()));
+      // where one block is the case, up to 7 evaluations in other orders keep their sums over
+      // tokens too (references.cpp, reordered): dphi, dgamma, dbias, dalpha in float64
+      if (prob.T() <= kTokenBlock) need += 7.0 * 8 * double((prob.N() + 1) * prob.K() + prob.N() + 3);
       for (auto* side : {&o->a, &o->b})
         if (is_backend_side(*side) && !parse_backend(*side).backend->streams) need += 2 * all.with(double(prob.T()));
       if (!o->dump.empty()) need += all64.with(double(prob.T())) * 21 / 8;
