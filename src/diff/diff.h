@@ -64,9 +64,10 @@ struct Rounding {
   double bias_ulp = 0;      // mean of (A - rounded)/ulp over all elements, positive = away from zero
   std::string reason;       // empty when rounding is consistent with fp32-then-RNE
   // what the reason is made of: unexplained flips toward and away from zero, the farthest
-  // beyond its tie (in steps), the sum of (A - rounded)/ulp and the elements it is over
+  // beyond its tie (in steps of the grid there; and in ulps of the stage's unit, floored at its
+  // RMS / 64), the sum of (A - rounded)/ulp and the elements it is over
   int64_t toward = 0, away = 0, elements = 0;
-  double widest = 0, bias_sum = 0;
+  double widest = 0, widest_unit = 0, bias_sum = 0;
 };
 
 // Error over limit, binned: rows along the tokens (or the first axis), columns along the rest.

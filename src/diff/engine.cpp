@@ -463,7 +463,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       if (!rounding.count(c)) {
         double tau = opt.budget_factor * max_error(local_plain(s.name, c), o, uo, false) + kTieFloorUlp;
         if (fp32_value.bytes.empty()) fp32_value = recompute(s.name, plain_arith(Accuracy::fp32));
-        rounding[c] = check_rounding(ta, replay(s.name), fp32_value, o, tau, unexplained[c]);
+        rounding[c] = check_rounding(ta, replay(s.name), fp32_value, tau, unexplained[c]);
       }
       return rounding[c].reason.empty();
     };
@@ -576,7 +576,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       const double tau = opt.budget_factor * max_error(refs.plain(opt.accept).get(s.name), o, uo, false) + kTieFloorUlp;
       std::vector<uint8_t> unused;
       r.reference_rounding = check_rounding(tb, replay_in_b(s.name, b, refs),
-                                            replay_in_b(s.name, b, refs, plain_arith(Accuracy::fp32)), o, tau, unused);
+                                            replay_in_b(s.name, b, refs, plain_arith(Accuracy::fp32)), tau, unused);
     }
     std::vector<uint8_t> mask(err.size());
     const std::vector<uint8_t>& rounded_badly = unexplained[opt.accept];

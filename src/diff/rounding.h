@@ -24,12 +24,10 @@ constexpr double kTieFloorUlp = 1.0 / 1024;
 bool bf16_valued(const Tensor& a);
 
 // a: A's stored values; exact: the stage recomputed in fp64 from A's own upstream tensors;
-// fp32: the same recomputed in fp32 and left unrounded, to find A's exact ties; oracle: the
-// stage in fp64 from the inputs (an element's distance between exact and oracle is also
-// allowed before rounding); tau: the largest error before rounding the arithmetic explains, in
-// ulps of `exact`. Marks in `bad` the elements whose rounding nothing explains.
-Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, const Tensor& oracle, double tau,
-                        std::vector<uint8_t>& bad);
+// fp32: the same recomputed in fp32 and left unrounded, to find A's exact ties; tau: the
+// largest error before rounding the arithmetic explains, in ulps of `exact`. Marks in `bad`
+// the elements whose rounding nothing explains.
+Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, double tau, std::vector<uint8_t>& bad);
 
 // Sets bias_ulp and the reason from the counts (also of counts added up over token blocks).
 void explain(Rounding& r);

@@ -243,7 +243,7 @@ void add_rounding(Rounding& x, const Rounding& y) {
     x.differ += y.differ, x.unexplained += y.unexplained, x.ties += y.ties, x.ties_not_even += y.ties_not_even;
     x.off_fp32 += y.off_fp32;
     x.toward += y.toward, x.away += y.away, x.elements += y.elements, x.bias_sum += y.bias_sum;
-    x.widest = std::max(x.widest, y.widest);
+    x.widest = std::max(x.widest, y.widest), x.widest_unit = std::max(x.widest_unit, y.widest_unit);
   }
   x.checked = x.checked && y.checked;
 }
