@@ -1282,9 +1282,10 @@ void check_memory(const std::string& where, const Problem& p, double need) {
 namespace {
 
 // Bytes the process may still allocate under a limit of its own: ulimit -v and -d, less what it
-// maps already (an over-estimate of the data it holds), and a cgroup v2 memory.max, less what the
-// cgroup uses; UINT64_MAX where there is none. (MemAvailable alone let an allocation under
-// `ulimit -v` fail as an internal error: review B, session 21.)
+// maps already (an over-estimate of the data it holds), and a cgroup v2 memory.max, less the
+// cgroup's anonymous memory (its page cache is given back on demand); UINT64_MAX where there is
+// none. (MemAvailable alone let an allocation under `ulimit -v` fail as an internal error:
+// review B, session 21.)
 uint64_t process_headroom() {
   uint64_t room = UINT64_MAX, pages = 0;
   std::ifstream("/proc/self/statm") >> pages;
@@ -1294,9 +1295,14 @@ uint64_t process_headroom() {
     if (getrlimit(resource, &r) == 0 && r.rlim_cur != RLIM_INFINITY)
       room = std::min<uint64_t>(room, r.rlim_cur > mapped ? r.rlim_cur - mapped : 0);
   }
-  uint64_t max = 0, current = 0;  // "max" (no limit) reads as no number
-  if (std::ifstream("/sys/fs/cgroup/memory.max") >> max && std::ifstream("/sys/fs/cgroup/memory.current") >> current)
-    room = std::min(room, max > current ? max - current : 0);
+  uint64_t max = 0, anon = 0;  // "max" (no limit) reads as no number
+  if (std::ifstream("/sys/fs/cgroup/memory.max") >> max) {
+    std::ifstream stat("/sys/fs/cgroup/memory.stat");
+    std::string key;
+    for (uint64_t v = 0; stat >> key >> v;)
+      if (key == "anon") anon = v;
+    room = std::min(room, max > anon ? max - anon : 0);
+  }
   return room;
 }
 
