@@ -5,7 +5,8 @@ It behaves like a user's kernel for testing `mhc diff`: it reads a case's /input
 writes every stage to an HDF5 file in mhc's schema.
 
     /usr/bin/python3 tests/indep/kernel.py IN.h5 OUT.h5 [--order seq|rev|tile64|tile256|splitk|blas]
-        [--gemm fp32|tf32|bf16] [--bug NAME] [--norm-first] [--stages all|forward|backward|none|STAGE,...]
+        [--gemm fp32|tf32|bf16] [--bug NAME] [--norm-first] [--dx dvecX|fused|textbook]
+        [--stages all|forward|backward|none|STAGE,...]
         [--rename OLD=NEW] [--dtype-override STAGE=float16] [--reshape STAGE]
 
 --order   summation order of every reduction (over K = n*D, D, n, N, and over tokens):
@@ -18,6 +19,9 @@ writes every stage to an HDF5 file in mhc's schema.
 --bug     plants one bug (see BUGS); the other stages are computed correctly from it.
 --norm-first  the gates' argument t as (v inv_rms) (phi*gamma)^T, normalised x first: another
           correct order of operations (h_mix itself is still v (phi*gamma)^T).
+--dx      fused: dx = dh_mix (phi*gamma) + ..., gamma folded into the weights; textbook: the
+          norm's backward inv_rms (dxn - xn <dxn,xn>/K) + ..., dxn = G (phi*gamma), xn = v inv_rms;
+          both correct orders of operations (dvecX is still dumped as dh_mix phi). Not with --gemm.
 --stages (none: only /inputs), --rename, --dtype-override, --reshape simulate format
           mistakes in the dump.
 
