@@ -21,7 +21,8 @@ writes every stage to an HDF5 file in mhc's schema.
           correct order of operations (h_mix itself is still v (phi*gamma)^T).
 --dx      fused: dx = dh_mix (phi*gamma) + ..., gamma folded into the weights; textbook: the
           norm's backward inv_rms (dxn - xn <dxn,xn>/K) + ..., dxn = G (phi*gamma), xn = v inv_rms;
-          both correct orders of operations (dvecX is still dumped as dh_mix phi). Not with --gemm.
+          both correct orders of operations (dvecX is still dumped as dh_mix phi; --gemm rounds
+          dh_mix in fused, not phi*gamma).
 --stages (none: only /inputs), --rename, --dtype-override, --reshape simulate format
           mistakes in the dump.
 
