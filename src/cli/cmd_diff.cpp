@@ -14,6 +14,7 @@
 #include "diff.h"
 #include "generate.h"
 #include "h5io.h"
+#include "references.h"
 #include "stream.h"
 
 namespace mhc {
@@ -206,9 +207,9 @@ void add_diff(CLI::App& app, int& rc) {
       const CaseBytes all = case_bytes(prob), all64 = case_bytes(prob, true);
       double need = all64.with(double(std::min(kTokenBlock, prob.T()))) * kDiffCopies;
       if (generated) need += 2 * all.with(double(prob.T()));
-      // where one block is the case, up to 7 evaluations in other orders keep their sums over
-      // tokens too (references.cpp, reordered): dphi, dgamma, dbias, dalpha in float64
-      if (prob.T() <= kTokenBlock) need += 7.0 * 8 * double((prob.N() + 1) * prob.K() + prob.N() + 3);
+      // where one block is the case, the evaluations in other orders keep their sums over tokens
+      // too (References::reordered): dphi, dgamma, dbias, dalpha in float64
+      if (prob.T() <= kTokenBlock) need += kMostReordered * 8.0 * double((prob.N() + 1) * prob.K() + prob.N() + 3);
       for (auto* side : {&o->a, &o->b})
         if (is_backend_side(*side) && !parse_backend(*side).backend->streams) need += 2 * all.with(double(prob.T()));
       if (!o->dump.empty()) need += all64.with(double(prob.T())) * 21 / 8;

@@ -102,7 +102,7 @@ const std::vector<Case>& References::reordered(Accuracy c) {
   const int64_t T = inputs_.prob.T(), D = inputs_.prob.D;
   // shuffled orders where D has others (D! - 1: none at D = 1); 6 at most, 7 with the reversed
   // one: 31 took 5x the CPU time of the whole diff at 1,4,7168 (s(8 m) = 4.8 at m = 1, against 296)
-  const int64_t others = D == 1 ? 0 : D == 2 ? 1 : D == 3 ? 5 : 6;
+  const int64_t others = D == 1 ? 0 : D == 2 ? 1 : D == 3 ? 5 : kMostReordered - 1;
   if (T > 0 && T < kTokenBlock)
     for (int q = 0; q < int(std::min<int64_t>(others, (kTokenBlock + T - 1) / T - 2)); ++q) {
       const std::vector<int64_t> order = column_order(D, q);

@@ -23,6 +23,10 @@ constexpr int kOracle = -1;
 inline int ref_key(Accuracy c) { return int(c); }
 Arith ref_arith(int key);
 
+// Evaluations in other orders where a case is shorter than a block (reordered): the reversed
+// one and at most kMostReordered - 1 with D's columns shuffled.
+constexpr int kMostReordered = 7;
+
 class References {
  public:
   // Evaluations of `inputs` by the CPU backend. With `sums`, the inputs are one token chunk
