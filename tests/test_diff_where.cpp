@@ -99,7 +99,7 @@ TEST_SUITE("diff") {
       }
       if (one_off) a.data<bf16>()[1].bits ^= 1;  // one value off a tie not the fp32 value's rounding
       std::vector<uint8_t> bad;
-      return check_rounding(a, exact, fp32, 0.01, bad);
+      return check_rounding(a, exact, fp32, 0.01, m, bad);
     };
     // 25 ties in 2^21 values: about as many as chance gives an fp32 stage (one in 2^17, so 16)
     Rounding ok = judge(int64_t(1) << 21, 87381, false), up = judge(int64_t(1) << 21, 87381, true);
@@ -131,7 +131,7 @@ TEST_SUITE("diff") {
         if (flips && i % (n / flips) == 0 && i / (n / flips) < flips) a.data<bf16>()[i].bits += 1;
       }
       std::vector<uint8_t> bad;
-      Rounding r = check_rounding(a, exact, fp32, 0.001, bad);
+      Rounding r = check_rounding(a, exact, fp32, 0.001, n, bad);
       CHECK(r.unexplained == flips);
       return r.reason;
     };
@@ -159,7 +159,7 @@ TEST_SUITE("diff") {
           a.data<bf16>()[i].bits -= 1;  // toward zero, into the binade below
       }
       std::vector<uint8_t> bad;
-      return check_rounding(a, exact, fp32, 0.001, bad);
+      return check_rounding(a, exact, fp32, 0.001, n, bad);
     };
     Rounding two = tiny(4096, 2048, false);
     CHECK(two.unexplained == 2);
@@ -169,6 +169,65 @@ TEST_SUITE("diff") {
     CHECK(mixed.reason.empty());
     CHECK(truncated.unexplained == 64);
     CHECK(truncated.reason.find("truncation") != std::string::npos);
+  }
+
+  TEST_CASE("rounding: the lean tells truncation where the arithmetic's error explains every flip") {
+    // 64 tokens of 4096 values; each kernel value is the exact one plus an error of up to 0.6 of a
+    // step (a TF32 GEMM's), and tau = 1.7 explains every flip, a truncation's too; then rounded
+    constexpr int64_t T = 64, L = 4096, n = T * L;
+    Tensor exact({n}, DType::f64), fp32({n}, DType::f32);
+    uint64_t state = 12345;
+    auto uniform = [&state] { return double((state = state * 6364136223846793005ull + 1442695040888963407ull) >> 11) * 0x1p-53; };
+    std::vector<double> noisy(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const double e = (uniform() - 0.5) * std::exp2(std::floor(uniform() * 6 - 3));
+      exact.data<double>()[i] = e;
+      fp32.data<float>()[i] = float(e);
+      noisy[size_t(i)] = e + (uniform() - 0.5) * 1.2 * bf16_ulp(e);
+    }
+    auto judge = [&](auto&& truncated) {
+      Tensor a({n}, DType::bf16);
+      for (int64_t i = 0; i < n; ++i)
+        a.data<bf16>()[i] = truncated(i) ? bf16{uint16_t(std::bit_cast<uint32_t>(float(noisy[size_t(i)])) >> 16)}
+                                         : double_to_bf16(noisy[size_t(i)]);
+      std::vector<uint8_t> bad;
+      Rounding r = check_rounding(a, exact, fp32, 1.7, L, bad);
+      CHECK(r.unexplained == 0);
+      return r.reason;
+    };
+    CHECK(judge([](int64_t) { return false; }).empty());
+    CHECK(judge([](int64_t) { return true; }).rfind("truncation: over all 262144 elements", 0) == 0);
+    CHECK(judge([](int64_t i) { return i / L == 37; }).rfind("truncation: in 1 token (token 37: 4096 elements)", 0) == 0);
+    CHECK(judge([](int64_t i) { return i % L == 100; }).empty());  // a place in 64 tokens: too few to tell (~300)
+    // exact values crowded on one side of their interval (h_pre = 1 + hc_eps at n = 1: bf16 x
+    // times 1.002 lies 0.26..0.51 of a step above x), rounded to nearest even: u leans (most
+    // round down), its departure from nearest-even does not, and nothing is named
+    Tensor crowd({n}, DType::f64), crowd32({n}, DType::f32), a({n}, DType::bf16);
+    for (int64_t i = 0; i < n; ++i) {
+      const double x = bf16_to_float(double_to_bf16((uniform() - 0.5) * 4));
+      crowd.data<double>()[i] = x * 1.002;
+      crowd32.data<float>()[i] = float(x * 1.002);
+      a.data<bf16>()[i] = double_to_bf16(x * 1.002);
+    }
+    std::vector<uint8_t> bad;
+    Rounding r = check_rounding(a, crowd, crowd32, 0.001, L, bad);
+    CHECK(r.lean_all.u / r.lean_all.n < -0.2);
+    CHECK(r.reason.empty());
+  }
+
+  TEST_CASE("h_in of a token of tiny activations is judged on its own scale") {
+    // token 5's x times 2^-16, its h_in then 1% off: under the common floor (the block's RMS / 64)
+    // it matched (review A, session 22)
+    Case ref = generate_case(parse_shape("512,4,128"), 61, true);
+    for (int64_t k = 0; k < 4 * 128; ++k) ref.t["x"].set(5 * 512 + k, ref.get("x").at(5 * 512 + k) * 0x1p-16);
+    cpu_run(ref, Precision::fp32);
+    Case bad = ref;
+    for (int64_t d = 0; d < 128; ++d) bad.t["h_in"].set(5 * 128 + d, bf16_to_float(double_to_bf16(ref.get("h_in").at(5 * 128 + d) * 1.01)));
+    test::recompute_after(bad, "h_in", Precision::fp32);
+    DiffReport r = test::diff(bad, ref);
+    INFO(report_table(r, false));
+    CHECK(r.root_causes == std::vector<std::string>{"h_in"});
+    CHECK(axis(find(r, "h_in"), "token").ranges == Ranges{{5, 5}});
   }
 
   TEST_CASE("where: an error in later tokens only, downstream consistent with it") {

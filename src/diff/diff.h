@@ -68,6 +68,19 @@ struct Rounding {
   // RMS / 64), the sum of (A - rounded)/ulp and the elements it is over
   int64_t toward = 0, away = 0, elements = 0;
   double widest = 0, widest_unit = 0, bias_sum = 0;
+  // The lean of A's rounding (docs/diff.md, "Rounding"): per element u = (A - exact) sign(exact)
+  // and r, nearest-even's u, in the unit above, u clamped to [-1, 1]; summed over every element,
+  // by octave of |exact| / RMS and by place in a token's row (column). Rows (tokens) are judged in
+  // their block: how many lean, and the one that leans the most (its token, elements, means).
+  struct Lean {
+    double n = 0, u = 0, u2 = 0, d = 0, d2 = 0;  // count, sums of u, u^2, u - r, (u - r)^2
+    void add(const Lean& o) { n += o.n, u += o.u, u2 += o.u2, d += o.d, d2 += o.d2; }
+  };
+  static constexpr int kBands = 8;  // octaves of |exact| / RMS: [1/2, inf), [1/4, 1/2), ..., [0, 2^-7)
+  Lean lean_all, lean_band[kBands];
+  std::vector<Lean> lean_col;
+  int64_t rows_lean = 0, lean_row = -1;
+  Lean lean_row_sums;
 };
 
 // Error over limit, binned: rows along the tokens (or the first axis), columns along the rest.

@@ -18,6 +18,115 @@ int ordinal(double v) {
 
 double from_ordinal(int o) { return bf16_to_float(bf16{uint16_t(o < 0 ? 0x8000 | -o : o)}); }
 
+// The lean of A's rounding (docs/diff.md, "Rounding"). Where a kernel's own arithmetic error is
+// as large as a bf16 step (TF32 or bf16 GEMMs, and any stage whose replay recomputes such a
+// GEMM), tau explains every flip, and a truncating kernel passed (review, session 22). What
+// still tells it: A's signed error u = (A - exact) sign(exact), in ulps, averages 0 for any
+// nearest rounding plus an unbiased arithmetic error, and -1/2 for truncation. The mean of u
+// alone is not enough: where the exact values crowd one side of their interval (h_pre = 1 +
+// hc_eps at n = 1: positions m hc_eps of a step) nearest-even leans too. So a group leans
+// only where u and its departure from nearest-even's own u, d = u - r, both lean the same way.
+constexpr double kLeanAllowed = 0.15;  // ulps a correct kernel's arithmetic may lean (TF32 operands truncated)
+constexpr double kLeanMin = 0.3;       // truncation leans 0.5
+constexpr double kLeanEvidence = 30;   // -log of Bernstein's bound on a group's chance of leaning so far
+
+// +1 or -1 where a mean of n values (sum s, sum of squares s2, each within `range` of the mean)
+// lies beyond kLeanAllowed by more than chance allows; else 0.
+int lean_sign(double n, double s, double s2, double range) {
+  if (n < 1) return 0;
+  const double m = s / n, var = std::max(s2 / n - m * m, 1.0 / 12), dev = std::fabs(m) - kLeanAllowed;
+  if (std::fabs(m) < kLeanMin || n * dev * dev / (2 * var + 2 * range * dev / 3) < kLeanEvidence) return 0;
+  return m < 0 ? -1 : 1;
+}
+
+int lean_of(const Rounding::Lean& g) {
+  const int u = lean_sign(g.n, g.u, g.u2, 2), d = lean_sign(g.n, g.d, g.d2, 3);
+  return u == d ? u : 0;
+}
+
+// One element's part of the lean; false where it has none (not finite, or exact = 0).
+struct LeanElem {
+  double u, d;
+  int band;
+};
+bool lean_elem(double v, double e, double rms, LeanElem& q) {
+  if (!std::isfinite(v) || !std::isfinite(e) || e == 0) return false;
+  const double sign = e < 0 ? -1 : 1, ulp = bf16_ulp(std::max(std::fabs(e), rms * kUlpFloor));
+  q.u = std::clamp((v - e) * sign / ulp, -1.0, 1.0);
+  q.d = q.u - (as_bf16(e) - e) * sign / ulp;
+  q.band = rms > 0 ? std::clamp(-std::ilogb(std::fabs(e) / rms) - 1, 0, Rounding::kBands - 1) : 0;
+  return true;
+}
+
+void add(Rounding::Lean& g, const LeanElem& q) { g.n += 1, g.u += q.u, g.u2 += q.u * q.u, g.d += q.d, g.d2 += q.d * q.d; }
+
+// The lean's sums over the rows (tokens, `row` elements each; the whole tensor where row does not
+// divide it), its bands and columns; the rows that lean; and in `bad`, where a group leans, its
+// elements that differ from nearest-even in the group's direction. Every sum runs in one order.
+void measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, double rms, int64_t row, std::vector<uint8_t>& bad) {
+  const int64_t n = a.size(), L = row > 0 && n % row == 0 ? row : std::max<int64_t>(n, 1), rows = n / L;
+  constexpr int B = Rounding::kBands;
+  std::vector<Rounding::Lean> by_row(static_cast<size_t>(rows)), by_band(static_cast<size_t>(rows * B));
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < rows; ++t)
+    for (int64_t i = t * L; i < (t + 1) * L; ++i)
+      if (LeanElem q; lean_elem(a.at(i), exact.at(i), rms, q)) add(by_row[size_t(t)], q), add(by_band[size_t(t * B + q.band)], q);
+  r.lean_col.assign(size_t(L), {});
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < L; ++c)
+    for (int64_t t = 0; t < rows; ++t)
+      if (LeanElem q; lean_elem(a.at(t * L + c), exact.at(t * L + c), rms, q)) add(r.lean_col[size_t(c)], q);
+  std::vector<int> row_sign(static_cast<size_t>(rows));
+  for (int64_t t = 0; t < rows; ++t) {
+    const Rounding::Lean& g = by_row[size_t(t)];
+    r.lean_all.add(g);
+    for (int k = 0; k < B; ++k) r.lean_band[k].add(by_band[size_t(t * B + k)]);
+    if ((row_sign[size_t(t)] = lean_of(g)) == 0) continue;
+    ++r.rows_lean;
+    if (r.lean_row < 0 || std::fabs(g.u / g.n) > std::fabs(r.lean_row_sums.u / r.lean_row_sums.n))
+      r.lean_row = t, r.lean_row_sums = g;
+  }
+  int all = lean_of(r.lean_all), band[B];
+  bool any = all != 0 || r.rows_lean > 0;
+  for (int k = 0; k < B; ++k) any = (band[k] = lean_of(r.lean_band[k])) != 0 || any;
+  std::vector<int> col(static_cast<size_t>(L));
+  for (int64_t c = 0; c < L; ++c) any = (col[size_t(c)] = lean_of(r.lean_col[size_t(c)])) != 0 || any;
+  if (!any) return;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = a.at(i), e = exact.at(i), rounded = as_bf16(e);
+    LeanElem q;
+    if (v == rounded || !lean_elem(v, e, rms, q)) continue;
+    const int way = std::fabs(v) > std::fabs(rounded) ? 1 : -1;
+    if (all == way || band[q.band] == way || row_sign[size_t(i / L)] == way || col[size_t(i % L)] == way) bad[size_t(i)] = 1;
+  }
+}
+
+// The reason a lean gives, or "" (explain).
+std::string lean_reason(const Rounding& r) {
+  auto says = [](int way, const Rounding::Lean& g, const std::string& where) {
+    auto ulps = [](double m) { return std::round(std::fabs(m) * 1000) / 1000; };
+    return cat(way < 0 ? "truncation: " : "rounding away from zero: ", where, " A's values lie ", ulps(g.u / g.n), " ulp ",
+               way < 0 ? "toward" : "away from", " zero of the exact values on average, nearest-even's ",
+               ulps((g.u - g.d) / g.n), way < 0 ? " (rounded toward zero?)" : " (rounded up in magnitude?)");
+  };
+  if (int w = lean_of(r.lean_all)) return says(w, r.lean_all, cat("over all ", int64_t(r.lean_all.n), " elements"));
+  for (int k = 0; k < Rounding::kBands; ++k)
+    if (int w = lean_of(r.lean_band[k])) {
+      const Rounding::Lean& g = r.lean_band[k];
+      std::string m = k == 0 ? "RMS/2 and over" : k == Rounding::kBands - 1 ? cat("under RMS/", 1 << k) : cat("RMS/", 2 << k, "..RMS/", 1 << k);
+      return says(w, g, cat("over the ", int64_t(g.n), " elements of magnitude ", m));
+    }
+  if (r.rows_lean > 0)
+    return says(lean_of(r.lean_row_sums), r.lean_row_sums,
+                cat("in ", r.rows_lean, r.rows_lean > 1 ? " tokens (token " : " token (token ", r.lean_row, ": ",
+                    int64_t(r.lean_row_sums.n), " elements)"));
+  for (size_t c = 0; c < r.lean_col.size(); ++c)
+    if (int w = lean_of(r.lean_col[c]))
+      return says(w, r.lean_col[c], cat("at place ", c, " of every token's row (", int64_t(r.lean_col[c].n), " elements)"));
+  return "";
+}
+
 }  // namespace
 
 bool bf16_valued(const Tensor& a) {
@@ -31,7 +140,8 @@ bool bf16_valued(const Tensor& a) {
   return wider == 0;
 }
 
-Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, double tau, std::vector<uint8_t>& bad) {
+Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, double tau, int64_t row,
+                        std::vector<uint8_t>& bad) {
   Rounding r;
   bad.assign(size_t(a.size()), 0);
   if (!bf16_valued(a)) return r;  // not rounded to bf16: nothing to check
@@ -79,6 +189,7 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
   r.ties = ties, r.ties_not_even = not_even, r.off_fp32 = off_fp32, r.differ = differ, r.unexplained = unexplained;
   r.toward = toward, r.away = away, r.widest = widest, r.widest_unit = widest_unit, r.elements = n;
   for (double b : bias) r.bias_sum += b;
+  measure_lean(r, a, exact, rms, row, bad);
   explain(r);
   return r;
 }
@@ -114,6 +225,8 @@ void explain(Rounding& r) {
     else
       r.reason = cat(n, " differ from their inputs' correctly rounded value by more than the arithmetic explains",
                      " (computed from other values than the dump holds?)");
+  } else if (std::string lean = lean_reason(r); !lean.empty()) {
+    r.reason = lean;
   } else if (double n = double(r.ties), chance = double(r.elements) * 0x1p-17;
              n >= 16 && double(r.ties_not_even) - n / 2 >= 2 * std::sqrt(n) && n <= chance + 4 * std::sqrt(chance) + 16 &&
              r.off_fp32 == 0) {

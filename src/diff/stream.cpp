@@ -244,6 +244,14 @@ void add_rounding(Rounding& x, const Rounding& y) {
     x.off_fp32 += y.off_fp32;
     x.toward += y.toward, x.away += y.away, x.elements += y.elements, x.bias_sum += y.bias_sum;
     x.widest = std::max(x.widest, y.widest), x.widest_unit = std::max(x.widest_unit, y.widest_unit);
+    x.lean_all.add(y.lean_all);
+    for (int k = 0; k < Rounding::kBands; ++k) x.lean_band[k].add(y.lean_band[k]);
+    if (x.lean_col.size() == y.lean_col.size())
+      for (size_t c = 0; c < x.lean_col.size(); ++c) x.lean_col[c].add(y.lean_col[c]);
+    x.rows_lean += y.rows_lean;
+    if (y.lean_row >= 0 && (x.lean_row < 0 || std::fabs(y.lean_row_sums.u / y.lean_row_sums.n) >
+                                                  std::fabs(x.lean_row_sums.u / x.lean_row_sums.n)))
+      x.lean_row = y.lean_row, x.lean_row_sums = y.lean_row_sums;
   }
   x.checked = x.checked && y.checked;
 }
@@ -258,6 +266,8 @@ void merge(Merged& m, StageReport&& b, const Problem& p, int64_t t0, const Case&
   }
   const bool first = m.ratio < 0;
   StageReport& r = m.r;
+  for (Rounding* g : {&b.rounding, &b.reference_rounding})  // the block's leaning token, as a token of the case
+    if (g->lean_row >= 0) g->lean_row += t0;
   if (b.compared) {
     const int64_t per = b.count / std::max<int64_t>(1, ab.prob.T()), base = t0 * per;
     m.where->add(b.elem_mask.data(), b.count, base);

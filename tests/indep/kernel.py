@@ -57,6 +57,7 @@ BUGS = {
     "dh_res_T": "dh_mix is formed from dh_res transposed in each token's n x n block",
     "trunc_h_in": "h_in rounded to bf16 by truncation",
     "double_h_in": "h_in rounded to TF32 (RNE) first, then to bf16 (RNE)",
+    "trunc_dx": "dx rounded to bf16 by truncation",
     "dphi_half": "dphi summed over the first half of the tokens only",
     "dx_no_hpre": "dx misses the h_pre[i] dh_in[d] term",
     "rms_over_D": "inv_rms divides the sum of squares by D instead of n*D",
@@ -266,7 +267,7 @@ def backward(inp, fwd, aux, order, gemm, bug, dx_form="dvecX"):
         dx = dvecX * gamma.reshape(1, K) + c[:, None] * v
     if bug != "dx_no_hpre":
         dx = dx + (h_pre[:, :, None] * dh_in[:, None, :]).reshape(T, K)
-    dx = bf16_rne(dx).reshape(T, n, D)
+    dx = (bf16_trunc(dx) if bug == "trunc_dx" else bf16_rne(dx)).reshape(T, n, D)
 
     t_used = T // 2 if bug == "dphi_half" else T
     dphi = ordered_sum(order, [dm[:t_used], v[:t_used]], lambda a, b: (a[:, :, None], b[:, None, :]),

@@ -65,6 +65,7 @@ TIES_SHAPE = "2048,4,4096"  # enough values of h_in near bf16 ties for double ro
 # it cannot be told from a correct kernel that computes more precisely than it stores (docs/diff.md).
 FORMAT_SHAPE = "256,4,256"
 FORWARD = ["inv_rms", "h_mix", "h_pre", "h_post", "h_res", "h_in"]
+BACKWARD = ["dh_pre", "dh_mix", "dinv_rms", "dvecX", "dx", "dphi", "dalpha", "dbias", "dgamma"]
 DOWNSTREAM_OF_H_PRE = ["h_in", "dh_mix", "dinv_rms", "dvecX", "dx", "dphi", "dalpha", "dbias", "dgamma"]
 
 
@@ -252,6 +253,19 @@ def gemm_cases():
                           checks=[exit_is(1), stage_is("h_mix", "class", gemm)]))
         cases.append(Case(f"gemm {gemm} {s}, --accept {gemm}", s, k, diff=["--accept", gemm],
                           checks=[exit_is(0), field_is("accept", gemm), stage_is("h_mix", "class", gemm)]))
+    # dx formed from the GEMM with gamma folded in, or by the norm's textbook backward, beside a
+    # dvecX dumped from its own GEMM: each GEMM's class error differs, and the dx rounding check
+    # called thousands of values "computed from other values" (sessions 21, 22)
+    for gemm, form in (("tf32", "fused"), ("bf16", "textbook")):
+        cases.append(Case(f"gemm {gemm} dx {form} {s}, --accept {gemm}", s, ["--gemm", gemm, "--dx", form],
+                          diff=["--accept", gemm], checks=[exit_is(0), field_is("verdict", "match")]))
+    # a truncated dx where the replay recomputes dvecX's GEMM (not dumped), whose class error
+    # explains every flip: it matched; the lean of its rounding names it (session 22)
+    for gemm in ("tf32", "bf16"):
+        cases.append(Case(f"gemm {gemm} bug trunc_dx without dvecX {s}, --accept {gemm}", s,
+                          ["--gemm", gemm, "--bug", "trunc_dx", "--stages", ",".join(FORWARD + [st for st in BACKWARD if st != "dvecX"])],
+                          diff=["--accept", gemm], checks=[exit_is(1), first_is("dx"), root_has("dx"),
+                                                           rounding_reason_has("dx", "trunc")]))
     return cases
 
 
