@@ -1,6 +1,6 @@
 // backend_exec.cpp — exec:COMMAND, the user's own program as a backend: mhc writes the
 // case's inputs to a temporary HDF5 file, runs COMMAND through /bin/sh with {in} and {out}
-// replaced by the two paths, and reads the stages the program dumps to {out}.
+// standing for the two paths, and reads the stages the program dumps to {out}.
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -21,34 +21,27 @@
 namespace mhc {
 namespace {
 
-// 'text' for /bin/sh.
-std::string quoted(const std::string& text) {
-  std::string q = "'";
-  for (char ch : text) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return q + "'";
-}
-
 std::string replace_all(std::string s, const std::string& from, const std::string& to) {
   for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
   return s;
 }
 
-// COMMAND with {in} and {out} replaced by their paths, quoted for where each stands: outside
-// quotes as 'path', inside '...' or "..." escaped for that quoting (a user's "{in}" had become
-// "'/tmp/.../in.h5'", a name with quotes in it, and the kernel found no such file).
+// COMMAND with {in} and {out} replaced for where each stands: inside '...' by the path, escaped
+// for that quoting; elsewhere by the variables MHC_IN and MHC_OUT (set for the command), "quoted"
+// outside quotes. The shell expands a variable's value without reading it as code: a path
+// written into the command had been, inside "$( .. "{in}" .. )", where this scan cannot follow the
+// shell's quoting (literal quotes in the name, and a TMPDIR holding $(..) ran; review B, session 22).
 std::string substitute(const std::string& command, const std::string& in, const std::string& out) {
   std::string r;
   char quote = 0;  // the quoting the scan is inside: 0, '\'' or '"'
   for (size_t i = 0; i < command.size();) {
     const bool is_in = command.compare(i, 4, "{in}") == 0, is_out = command.compare(i, 5, "{out}") == 0;
     if (is_in || is_out) {
-      const std::string& path = is_in ? in : out;
-      if (quote == 0)
-        r += quoted(path);
+      const char* var = is_in ? "$MHC_IN" : "$MHC_OUT";
+      if (quote == '\'')
+        for (char ch : is_in ? in : out) r += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
       else
-        for (char ch : path)
-          r += quote == '\'' ? (ch == '\'' ? std::string("'\\''") : std::string(1, ch))
-                             : (std::strchr("\"\\$`", ch) ? std::string("\\") + ch : std::string(1, ch));
+        r += quote == 0 ? cat("\"", var, "\"") : std::string(var);
       i += is_in ? 4 : 5;
       continue;
     }
@@ -103,6 +96,16 @@ std::string make_temp_dir(std::string& path) {
              std::strerror(errno), ")");
 }
 
+// Gives the owner every permission on directory `dir` and those under it, so that it can be
+// removed: as another user than root, a command's chmod 000 left the copy of the inputs behind.
+void open_up(const std::filesystem::path& dir, int depth = 0) {
+  std::error_code ec;
+  std::filesystem::permissions(dir, std::filesystem::perms::owner_all, std::filesystem::perm_options::add, ec);
+  if (depth < 64)
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec))
+      if (e.is_directory(ec) && !e.is_symlink(ec)) open_up(e.path(), depth + 1);
+}
+
 // A temporary directory, removed with everything in it when this goes out of scope or a
 // termination signal ends mhc.
 struct TempDir {
@@ -117,6 +120,7 @@ struct TempDir {
   ~TempDir() {
     std::error_code ec;
     std::filesystem::remove_all(path, ec);  // a signal meanwhile finishes the removal itself
+    if (ec) open_up(path), std::filesystem::remove_all(path, ec);  // the command made a directory unreadable
     g_have_dir = 0;
     on_termination(nullptr);
   }
@@ -211,8 +215,13 @@ void exec_run(const BackendSpec& spec, Case& c, Pass pass, bool) {
   for (int64_t i = 0; i < gamma.size() && ones; ++i) ones = gamma.at(i) == 1.0;
   if (ones) inputs.t.erase("gamma");
   save_case(in, inputs);
+  if (setenv("MHC_IN", in.c_str(), 1) != 0 || setenv("MHC_OUT", out.c_str(), 1) != 0)
+    fail("exec: cannot set MHC_IN and MHC_OUT for '", command, "' (", std::strerror(errno), ")");
   run_command(command, substitute(command, in, out), spec.timeout);
-  if (!std::filesystem::exists(out)) fail("exec: '", command, "' exited with status 0 but wrote no {out} file");
+  std::error_code ec;  // a loop of links at {out}, or a directory made unreadable: not an internal error
+  const bool wrote = std::filesystem::exists(out, ec);
+  if (ec) fail("exec: cannot read {out} after '", command, "' ran: ", ec.message());
+  if (!wrote) fail("exec: '", command, "' exited with status 0 but wrote no {out} file");
   int before = int(c.t.size());
   try {
     load_stages(out, c);

@@ -301,8 +301,17 @@ void add_diff(CLI::App& app, int& rc) {
                 << report_table(rep, colour);
     }
     flush_stdout();  // before the files: a report that cannot be printed leaves none of them
+    // both or neither: a --report that cannot be written removes the --dump-diff file this diff
+    // made (it had been left beside the error; review B, session 22)
+    std::error_code ec;
+    const bool dump_made = !o->dump.empty() && !std::filesystem::exists(std::filesystem::symlink_status(o->dump, ec));
     if (!o->dump.empty()) dump_diff(o->dump, prob, rep, o->force);
-    if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)), o->force);
+    try {
+      if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)), o->force);
+    } catch (const UserError&) {
+      if (dump_made) std::filesystem::remove(o->dump, ec);
+      throw;
+    }
     rc = rep.exit_status();
   });
 }

@@ -1,5 +1,7 @@
 // main.cpp — the mhc command line: gen, run, inspect, bench, diff.
 #include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
 #include <malloc.h>
 #include <unistd.h>
 #include <omp.h>
@@ -10,6 +12,7 @@
 #include <cstring>
 #include <iostream>
 #include <thread>
+#include <vector>
 
 #include "backends.h"
 #include "commands.h"
@@ -23,6 +26,22 @@ void mhc::flush_stdout() {
   if (!std::cout || std::fflush(stdout) != 0 || std::ferror(stdout))
     fail("cannot write to standard output (", std::strerror(errno), ")");
 }
+
+namespace {
+
+// How many of `want` threads (this one among them) can start, at least 1.
+int startable_threads(int want) {
+  std::vector<pthread_t> started;
+  for (int i = 1; i < want; ++i) {
+    pthread_t t;
+    if (pthread_create(&t, nullptr, [](void*) -> void* { return nullptr; }, nullptr) != 0) break;
+    started.push_back(t);
+  }
+  for (pthread_t t : started) pthread_join(t, nullptr);
+  return int(started.size()) + 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"mhc: golden CPU backend, CUDA backend and stage-by-stage diff for the mHC pre operator"};
@@ -55,6 +74,13 @@ int main(int argc, char** argv) {
   // hardware thread. Any count gives the same bits.
   if (const int most = 4 * int(std::max(1u, std::thread::hardware_concurrency())); omp_get_max_threads() > most)
     omp_set_num_threads(most);
+  // Under a limit on processes (ulimit -u, a cgroup's pids.max) libgomp could not start its
+  // threads and ended mhc with status 1, "diverged" to diff (review B, session 22): as many as
+  // can start here, each started and joined once, is the count. Any count gives the same bits.
+  if (const int can = startable_threads(omp_get_max_threads()); can < omp_get_max_threads()) omp_set_num_threads(can);
+  // A parent that ignores SIGCHLD passes that on, and the kernel then reaps an exec command
+  // itself: mhc could not wait for it ("No child processes").
+  signal(SIGCHLD, SIG_DFL);
   int rc = 0;
   mhc::add_gen(app, rc);
   mhc::add_run(app, rc);

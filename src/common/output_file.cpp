@@ -1,12 +1,14 @@
 #include "output_file.h"
 
 #include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <csignal>
 #include <cstdio>
@@ -58,7 +60,13 @@ std::string temp_path(const std::string& path) {
   std::string base = pos == std::string::npos ? path : path.substr(pos + 1);
   // at most 200 bytes of the name: a 250-byte output name failed as "File name too long" for the
   // temporary's longer one
-  return cat(parent_dir(path), "/.", base.substr(0, 200), ".tmp", getpid());
+  // and a random part: one left by a process killed with SIGKILL whose pid came back blocked
+  // every write of the same name (review B, session 22)
+  uint32_t r = 0;
+  if (getrandom(&r, sizeof r, GRND_NONBLOCK) != sizeof r) r = uint32_t(std::chrono::steady_clock::now().time_since_epoch().count());
+  char tag[16];
+  std::snprintf(tag, sizeof tag, "%08x", r);
+  return cat(parent_dir(path), "/.", base.substr(0, 200), ".tmp", getpid(), ".", tag);
 }
 
 // An output that is a symbolic link to an existing file is written to that file: the temporary
@@ -166,7 +174,9 @@ void OutputFile::commit() {
   } else {
     // no clobber: link() fails with EEXIST if another writer got there first
     rc = link(temp_.c_str(), path_.c_str());
-    if (rc != 0 && (errno == EPERM || errno == EOPNOTSUPP))
+    // EPERM, EOPNOTSUPP: no hard links there; ENOSPC, EMLINK: no room for one more link (a full
+    // inode table refused a finished run that --force wrote; review B, session 22)
+    if (rc != 0 && (errno == EPERM || errno == EOPNOTSUPP || errno == ENOSPC || errno == EMLINK))
       rc = int(syscall(SYS_renameat2, AT_FDCWD, temp_.c_str(), AT_FDCWD, path_.c_str(), 1 /* RENAME_NOREPLACE */));
     if (rc != 0 && errno == EEXIST) fail(path_, ": exists (created meanwhile by another process?); use --force to replace it");
   }
