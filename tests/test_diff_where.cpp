@@ -99,7 +99,7 @@ TEST_SUITE("diff") {
       }
       if (one_off) a.data<bf16>()[1].bits ^= 1;  // one value off a tie not the fp32 value's rounding
       std::vector<uint8_t> bad;
-      return check_rounding(a, exact, fp32, 0.01, m, bad);
+      return check_rounding(a, exact, fp32, Tensor{}, Tensor{}, 0.01, m, bad);
     };
     // 25 ties in 2^21 values: about as many as chance gives an fp32 stage (one in 2^17, so 16)
     Rounding ok = judge(int64_t(1) << 21, 87381, false), up = judge(int64_t(1) << 21, 87381, true);
@@ -131,7 +131,7 @@ TEST_SUITE("diff") {
         if (flips && i % (n / flips) == 0 && i / (n / flips) < flips) a.data<bf16>()[i].bits += 1;
       }
       std::vector<uint8_t> bad;
-      Rounding r = check_rounding(a, exact, fp32, 0.001, n, bad);
+      Rounding r = check_rounding(a, exact, fp32, Tensor{}, Tensor{}, 0.001, n, bad);
       CHECK(r.unexplained == flips);
       return r.reason;
     };
@@ -159,7 +159,7 @@ TEST_SUITE("diff") {
           a.data<bf16>()[i].bits -= 1;  // toward zero, into the binade below
       }
       std::vector<uint8_t> bad;
-      return check_rounding(a, exact, fp32, 0.001, n, bad);
+      return check_rounding(a, exact, fp32, Tensor{}, Tensor{}, 0.001, n, bad);
     };
     Rounding two = tiny(4096, 2048, false);
     CHECK(two.unexplained == 2);
@@ -191,7 +191,7 @@ TEST_SUITE("diff") {
         a.data<bf16>()[i] = truncated(i) ? bf16{uint16_t(std::bit_cast<uint32_t>(float(noisy[size_t(i)])) >> 16)}
                                          : double_to_bf16(noisy[size_t(i)]);
       std::vector<uint8_t> bad;
-      Rounding r = check_rounding(a, exact, fp32, 1.7, L, bad);
+      Rounding r = check_rounding(a, exact, fp32, Tensor{}, Tensor{}, 1.7, L, bad);
       CHECK(r.unexplained == 0);
       return r.reason;
     };
@@ -210,7 +210,7 @@ TEST_SUITE("diff") {
       a.data<bf16>()[i] = double_to_bf16(x * 1.002);
     }
     std::vector<uint8_t> bad;
-    Rounding r = check_rounding(a, crowd, crowd32, 0.001, L, bad);
+    Rounding r = check_rounding(a, crowd, crowd32, Tensor{}, Tensor{}, 0.001, L, bad);
     CHECK(r.lean_all.u / r.lean_all.n < -0.2);
     CHECK(r.reason.empty());
   }

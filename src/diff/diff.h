@@ -63,6 +63,7 @@ struct Rounding {
   int64_t off_fp32 = 0;     // elements off a tie where A is not the fp32 value rounded to nearest even
   double bias_ulp = 0;      // mean of (A - rounded)/ulp over all elements, positive = away from zero
   std::string reason;       // empty when rounding is consistent with fp32-then-RNE
+  bool other_values = false;  // the reason: flips of no rounding mode (A's stage computed from other values?)
   // what the reason is made of: unexplained flips toward and away from zero, the farthest
   // beyond its tie (in steps of the grid there; and in ulps of the stage's unit, floored at its
   // RMS / 64), the sum of (A - rounded)/ulp and the elements it is over
@@ -79,6 +80,10 @@ struct Rounding {
   static constexpr int kBands = 8;  // octaves of |exact| / RMS: [1/2, inf), [1/4, 1/2), ..., [0, 2^-7)
   Lean lean_all, lean_band[kBands];
   std::vector<Lean> lean_col;
+  // the same of the null: the plain class-C evaluation rounded to nearest even against the oracle,
+  // which leans where the class's own arithmetic does (TF32 operands truncated where terms cancel)
+  Lean null_all, null_band[kBands];
+  std::vector<Lean> null_col;
   int64_t rows_lean = 0, lean_row = -1;
   Lean lean_row_sums;
 };

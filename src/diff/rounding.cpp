@@ -29,6 +29,10 @@ double from_ordinal(int o) { return bf16_to_float(bf16{uint16_t(o < 0 ? 0x8000 |
 constexpr double kLeanAllowed = 0.15;  // ulps a correct kernel's arithmetic may lean (TF32 operands truncated)
 constexpr double kLeanMin = 0.3;       // truncation leans 0.5
 constexpr double kLeanEvidence = 30;   // -log of Bernstein's bound on a group's chance of leaning so far
+// An element whose fp32 recomputation is this far (in ulps) from the exact value has terms that
+// cancel so far that a TF32 kernel's error there is several ulps: its rounding cannot be seen,
+// and the sign of a GEMM's truncated operands leaned every dx at K = 1 (review E, session 22).
+constexpr double kLeanNoise = 0x1p-12;
 
 // +1 or -1 where a mean of n values (sum s, sum of squares s2, each within `range` of the mean)
 // lies beyond kLeanAllowed by more than chance allows; else 0.
@@ -44,75 +48,120 @@ int lean_of(const Rounding::Lean& g) {
   return u == d ? u : 0;
 }
 
-// One element's part of the lean; false where it has none (not finite, or exact = 0).
+// A's group leans, and the null's (the class's own arithmetic) does not lean the same way.
+int lean_of(const Rounding::Lean& g, const Rounding::Lean& null) {
+  const int w = lean_of(g);
+  return w != 0 && lean_of(null) != w ? w : 0;
+}
+
+// One element's part of the lean: A's value v against the exact one e (in the unit at e, floored
+// at rms / 64).
 struct LeanElem {
   double u, d;
   int band;
 };
-bool lean_elem(double v, double e, double rms, LeanElem& q) {
-  if (!std::isfinite(v) || !std::isfinite(e) || e == 0) return false;
+LeanElem lean_elem(double v, double e, double rms) {
   const double sign = e < 0 ? -1 : 1, ulp = bf16_ulp(std::max(std::fabs(e), rms * kUlpFloor));
+  LeanElem q;
   q.u = std::clamp((v - e) * sign / ulp, -1.0, 1.0);
   q.d = q.u - (as_bf16(e) - e) * sign / ulp;
   q.band = rms > 0 ? std::clamp(-std::ilogb(std::fabs(e) / rms) - 1, 0, Rounding::kBands - 1) : 0;
-  return true;
+  return q;
 }
 
 void add(Rounding::Lean& g, const LeanElem& q) { g.n += 1, g.u += q.u, g.u2 += q.u * q.u, g.d += q.d, g.d2 += q.d * q.d; }
 
+// A group's sums of A and of the null side by side.
+struct LeanPair {
+  Rounding::Lean a, null;
+  void add(const LeanPair& o) { a.add(o.a), null.add(o.null); }
+};
+
 // The lean's sums over the rows (tokens, `row` elements each; the whole tensor where row does not
-// divide it), its bands and columns; the rows that lean; and in `bad`, where a group leans, its
+// divide it), its bands and columns, of A and of the null (plain: the class-C evaluation, rounded
+// to nearest even, against oracle); the rows that lean; and in `bad`, where a group leans, its
 // elements that differ from nearest-even in the group's direction. Every sum runs in one order.
-void measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, double rms, int64_t row, std::vector<uint8_t>& bad) {
+// An element counts where A and the exact value are finite, the exact value is not 0, and its
+// rounding is not drowned in its terms' arithmetic (kLeanNoise, from the fp32 recomputation). A
+// group counts an exact value once where it repeats the one before it along the group's axis
+// (along both for the whole and the bands): one near-tie flip of a token copied to 768 others
+// leaned its column, and a constant row would lean its token (review E, session 22).
+void measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, const Tensor& fp32, const Tensor& plain,
+                  const Tensor& oracle, double rms, int64_t row, std::vector<uint8_t>& bad) {
   const int64_t n = a.size(), L = row > 0 && n % row == 0 ? row : std::max<int64_t>(n, 1), rows = n / L;
   constexpr int B = Rounding::kBands;
-  std::vector<Rounding::Lean> by_row(static_cast<size_t>(rows)), by_band(static_cast<size_t>(rows * B));
+  const bool with_null = !plain.bytes.empty() && !oracle.bytes.empty() && plain.size() == n && oracle.size() == n;
+  const double rms_o = with_null ? finite_rms(oracle) : 0;
+  auto counts = [&](int64_t i) {
+    const double v = a.at(i), e = exact.at(i);
+    return std::isfinite(v) && std::isfinite(e) && e != 0 &&
+           std::fabs(fp32.at(i) - e) <= kLeanNoise * bf16_ulp(std::max(std::fabs(e), rms * kUlpFloor));
+  };
+  auto elem = [&](int64_t i, LeanPair& into, Rounding::Lean* band_a, Rounding::Lean* band_null) {
+    const LeanElem q = lean_elem(a.at(i), exact.at(i), rms);
+    ::mhc::add(into.a, q);
+    if (band_a) ::mhc::add(band_a[q.band], q);
+    const double o = with_null ? oracle.at(i) : 0, v = with_null ? as_bf16(plain.at(i)) : 0;
+    if (!with_null || o == 0 || !std::isfinite(o) || !std::isfinite(v)) return;
+    const LeanElem z = lean_elem(v, o, rms_o);
+    ::mhc::add(into.null, z);
+    if (band_null) ::mhc::add(band_null[z.band], z);
+  };
+  auto repeats_row = [&](int64_t i) { return i % L > 0 && exact.at(i) == exact.at(i - 1); };
+  auto repeats_col = [&](int64_t i) { return i >= L && exact.at(i) == exact.at(i - L); };
+  std::vector<LeanPair> by_row(static_cast<size_t>(rows)), whole(static_cast<size_t>(rows));
+  std::vector<Rounding::Lean> band_a(static_cast<size_t>(rows * B)), band_null(static_cast<size_t>(rows * B));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t i = t * L; i < (t + 1) * L; ++i)
-      if (LeanElem q; lean_elem(a.at(i), exact.at(i), rms, q)) add(by_row[size_t(t)], q), add(by_band[size_t(t * B + q.band)], q);
-  r.lean_col.assign(size_t(L), {});
+      if (!repeats_row(i) && counts(i)) {
+        elem(i, by_row[size_t(t)], nullptr, nullptr);
+        if (!repeats_col(i)) elem(i, whole[size_t(t)], &band_a[size_t(t * B)], &band_null[size_t(t * B)]);
+      }
+  std::vector<LeanPair> cols(static_cast<size_t>(L));
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < L; ++c)
     for (int64_t t = 0; t < rows; ++t)
-      if (LeanElem q; lean_elem(a.at(t * L + c), exact.at(t * L + c), rms, q)) add(r.lean_col[size_t(c)], q);
+      if (!repeats_col(t * L + c) && counts(t * L + c)) elem(t * L + c, cols[size_t(c)], nullptr, nullptr);
+  r.lean_col.resize(size_t(L)), r.null_col.resize(size_t(L));
+  for (int64_t c = 0; c < L; ++c) r.lean_col[size_t(c)] = cols[size_t(c)].a, r.null_col[size_t(c)] = cols[size_t(c)].null;
   std::vector<int> row_sign(static_cast<size_t>(rows));
   for (int64_t t = 0; t < rows; ++t) {
-    const Rounding::Lean& g = by_row[size_t(t)];
-    r.lean_all.add(g);
-    for (int k = 0; k < B; ++k) r.lean_band[k].add(by_band[size_t(t * B + k)]);
-    if ((row_sign[size_t(t)] = lean_of(g)) == 0) continue;
+    const Rounding::Lean& g = by_row[size_t(t)].a;
+    r.lean_all.add(whole[size_t(t)].a), r.null_all.add(whole[size_t(t)].null);
+    for (int k = 0; k < B; ++k) r.lean_band[k].add(band_a[size_t(t * B + k)]), r.null_band[k].add(band_null[size_t(t * B + k)]);
+    if ((row_sign[size_t(t)] = lean_of(g, by_row[size_t(t)].null)) == 0) continue;
     ++r.rows_lean;
     if (r.lean_row < 0 || std::fabs(g.u / g.n) > std::fabs(r.lean_row_sums.u / r.lean_row_sums.n))
       r.lean_row = t, r.lean_row_sums = g;
   }
-  int all = lean_of(r.lean_all), band[B];
+  int all = lean_of(r.lean_all, r.null_all), band[B];
   bool any = all != 0 || r.rows_lean > 0;
-  for (int k = 0; k < B; ++k) any = (band[k] = lean_of(r.lean_band[k])) != 0 || any;
+  for (int k = 0; k < B; ++k) any = (band[k] = lean_of(r.lean_band[k], r.null_band[k])) != 0 || any;
   std::vector<int> col(static_cast<size_t>(L));
-  for (int64_t c = 0; c < L; ++c) any = (col[size_t(c)] = lean_of(r.lean_col[size_t(c)])) != 0 || any;
+  for (int64_t c = 0; c < L; ++c) any = (col[size_t(c)] = lean_of(r.lean_col[size_t(c)], r.null_col[size_t(c)])) != 0 || any;
   if (!any) return;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const double v = a.at(i), e = exact.at(i), rounded = as_bf16(e);
-    LeanElem q;
-    if (v == rounded || !lean_elem(v, e, rms, q)) continue;
+    const double v = a.at(i), rounded = as_bf16(exact.at(i));
+    if (v == rounded || !counts(i)) continue;
     const int way = std::fabs(v) > std::fabs(rounded) ? 1 : -1;
-    if (all == way || band[q.band] == way || row_sign[size_t(i / L)] == way || col[size_t(i % L)] == way) bad[size_t(i)] = 1;
+    const int k = lean_elem(v, exact.at(i), rms).band;
+    if (all == way || band[k] == way || row_sign[size_t(i / L)] == way || col[size_t(i % L)] == way) bad[size_t(i)] = 1;
   }
 }
 
 // The reason a lean gives, or "" (explain).
 std::string lean_reason(const Rounding& r) {
   auto says = [](int way, const Rounding::Lean& g, const std::string& where) {
-    auto ulps = [](double m) { return std::round(std::fabs(m) * 1000) / 1000; };
-    return cat(way < 0 ? "truncation: " : "rounding away from zero: ", where, " A's values lie ", ulps(g.u / g.n), " ulp ",
-               way < 0 ? "toward" : "away from", " zero of the exact values on average, nearest-even's ",
-               ulps((g.u - g.d) / g.n), way < 0 ? " (rounded toward zero?)" : " (rounded up in magnitude?)");
+    auto ulps = [](double m) { return std::round(m * 1000) / 1000; };  // signed: + away from zero
+    return cat(way < 0 ? "truncation: " : "rounding away from zero: ", where, " A's values lie ", ulps(std::fabs(g.u / g.n)),
+               " ulp ", way < 0 ? "toward" : "away from", " zero of the exact values on average (nearest-even's: ",
+               ulps((g.u - g.d) / g.n), way < 0 ? "; rounded toward zero?)" : "; rounded up in magnitude?)");
   };
-  if (int w = lean_of(r.lean_all)) return says(w, r.lean_all, cat("over all ", int64_t(r.lean_all.n), " elements"));
+  if (int w = lean_of(r.lean_all, r.null_all)) return says(w, r.lean_all, cat("over all ", int64_t(r.lean_all.n), " elements"));
   for (int k = 0; k < Rounding::kBands; ++k)
-    if (int w = lean_of(r.lean_band[k])) {
+    if (int w = lean_of(r.lean_band[k], r.null_band[k])) {
       const Rounding::Lean& g = r.lean_band[k];
       std::string m = k == 0 ? "RMS/2 and over" : k == Rounding::kBands - 1 ? cat("under RMS/", 1 << k) : cat("RMS/", 2 << k, "..RMS/", 1 << k);
       return says(w, g, cat("over the ", int64_t(g.n), " elements of magnitude ", m));
@@ -122,7 +171,7 @@ std::string lean_reason(const Rounding& r) {
                 cat("in ", r.rows_lean, r.rows_lean > 1 ? " tokens (token " : " token (token ", r.lean_row, ": ",
                     int64_t(r.lean_row_sums.n), " elements)"));
   for (size_t c = 0; c < r.lean_col.size(); ++c)
-    if (int w = lean_of(r.lean_col[c]))
+    if (int w = lean_of(r.lean_col[c], c < r.null_col.size() ? r.null_col[c] : Rounding::Lean{}))
       return says(w, r.lean_col[c], cat("at place ", c, " of every token's row (", int64_t(r.lean_col[c].n), " elements)"));
   return "";
 }
@@ -140,8 +189,8 @@ bool bf16_valued(const Tensor& a) {
   return wider == 0;
 }
 
-Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, double tau, int64_t row,
-                        std::vector<uint8_t>& bad) {
+Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, const Tensor& plain,
+                        const Tensor& oracle, double tau, int64_t row, std::vector<uint8_t>& bad) {
   Rounding r;
   bad.assign(size_t(a.size()), 0);
   if (!bf16_valued(a)) return r;  // not rounded to bf16: nothing to check
@@ -189,7 +238,7 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
   r.ties = ties, r.ties_not_even = not_even, r.off_fp32 = off_fp32, r.differ = differ, r.unexplained = unexplained;
   r.toward = toward, r.away = away, r.widest = widest, r.widest_unit = widest_unit, r.elements = n;
   for (double b : bias) r.bias_sum += b;
-  measure_lean(r, a, exact, rms, row, bad);
+  measure_lean(r, a, exact, fp32, plain, oracle, rms, row, bad);
   explain(r);
   return r;
 }
@@ -199,6 +248,7 @@ void explain(Rounding& r) {
   const double widest = r.widest;
   r.bias_ulp = r.elements ? r.bias_sum / double(r.elements) : 0;
   r.reason.clear();
+  r.other_values = false;
   // A few flips within 1/10 ulp of a tie (at most 3, or 1 in 1000 elements) are the kernel's
   // own fp32 arithmetic where its terms cancel at that element: tau is the plain evaluation's
   // largest error, one sample, not a bound per element (a correct CUDA dx at n = 1, T = 4096
@@ -224,7 +274,8 @@ void explain(Rounding& r) {
       r.reason = cat("double rounding: ", n, " within 1/8 ulp of a tie rounded the wrong way (rounded twice?)");
     else
       r.reason = cat(n, " differ from their inputs' correctly rounded value by more than the arithmetic explains",
-                     " (computed from other values than the dump holds?)");
+                     " (computed from other values than the dump holds?)"),
+      r.other_values = true;
   } else if (std::string lean = lean_reason(r); !lean.empty()) {
     r.reason = lean;
   } else if (double n = double(r.ties), chance = double(r.elements) * 0x1p-17;
