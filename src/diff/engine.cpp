@@ -464,8 +464,8 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     r.min_atol = r.max_abs;
     r.has_accuracy = true;
 
-    // bf16 stages: A's rounding, checked against the replay from A's own upstream tensors.
-    // A's rounding, judged first with tau from the stage's own arithmetic in class C (A's upstream
+    // bf16 stages: A's rounding, checked against the replay from A's own upstream tensors,
+    // judged first with tau from the stage's own arithmetic in class C (A's upstream
     // tensors as dumped). Under a class coarser than fp32, flips that fit no rounding mode are
     // judged again with the GEMMs with phi the stage reads (dvecX for dx) recomputed in class C,
     // as if A never formed them: a kernel may fold dvecX's GEMM into dx (gamma in its weights,
