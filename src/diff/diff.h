@@ -71,21 +71,26 @@ struct Rounding {
   double widest = 0, widest_unit = 0, bias_sum = 0;
   // The lean of A's rounding (docs/diff.md, "Rounding"): per element u = (A - exact) sign(exact)
   // and r, nearest-even's u, in the unit above, u clamped to [-1, 1]; summed over every element,
-  // by octave of |exact| / RMS and by place in a token's row (column). Rows (tokens) are judged in
-  // their block: how many lean, and the one that leans the most (its token, elements, means).
+  // by octave of |exact| / RMS and by place in a token's row (column), each beside the same sums
+  // of the null: the plain class-C evaluation rounded to nearest even against the oracle, which
+  // leans where the class's own arithmetic does (TF32 operands truncated where terms cancel).
+  // Rows (tokens) are judged in their block: how many lean, and the one that leans the most.
   struct Lean {
     double n = 0, u = 0, u2 = 0, d = 0, d2 = 0;  // count, sums of u, u^2, u - r, (u - r)^2
     void add(const Lean& o) { n += o.n, u += o.u, u2 += o.u2, d += o.d, d2 += o.d2; }
   };
+  struct Group {
+    Lean a, null;
+    void add(const Group& o) { a.add(o.a), null.add(o.null); }
+  };
   static constexpr int kBands = 8;  // octaves of |exact| / RMS: [1/2, inf), [1/4, 1/2), ..., [0, 2^-7)
-  Lean lean_all, lean_band[kBands];
-  std::vector<Lean> lean_col;
-  // the same of the null: the plain class-C evaluation rounded to nearest even against the oracle,
-  // which leans where the class's own arithmetic does (TF32 operands truncated where terms cancel)
-  Lean null_all, null_band[kBands];
-  std::vector<Lean> null_col;
-  int64_t rows_lean = 0, lean_row = -1;
+  Group lean_all, lean_band[kBands];
+  std::vector<Group> lean_col;
+  int64_t rows_lean = 0, lean_row = -1;  // leaning rows; the one that leans most (its token), and its sums
   Lean lean_row_sums;
+  void keep_row(int64_t t, const Lean& g) {
+    if (lean_row < 0 || std::fabs(g.u / g.n) > std::fabs(lean_row_sums.u / lean_row_sums.n)) lean_row = t, lean_row_sums = g;
+  }
 };
 
 // Error over limit, binned: rows along the tokens (or the first axis), columns along the rest.

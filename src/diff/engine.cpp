@@ -370,15 +370,18 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
   };
   // The error a replay leaves to A's own arithmetic: the stage (and what A lacks, as the
   // replay recomputes it) in plain class-C arithmetic from the oracle's values, unrounded.
+  // A dependency d is the oracle's where formed(d), else recomputed so.
   std::map<std::pair<int, std::string>, Tensor> local;
-  std::function<const Tensor&(const std::string&, Accuracy)> local_plain = [&](const std::string& name,
-                                                                                Accuracy c) -> const Tensor& {
+  std::function<const Tensor&(const std::string&, Accuracy)> local_plain;
+  auto plain_from = [&](const std::string& name, Accuracy c, auto&& formed) {
+    TensorMap deps;
+    for (const char* d : stage(name).deps) deps[d] = formed(d) ? refs.oracle().get(d) : local_plain(d, c);
+    return cpu_stage(name, refs.oracle().prob, deps, plain_arith(c));
+  };
+  local_plain = [&](const std::string& name, Accuracy c) -> const Tensor& {
     auto key = std::pair{int(c), name};
     if (auto it = local.find(key); it != local.end()) return it->second;
-    const Case& o = refs.oracle();
-    TensorMap deps;
-    for (const char* d : stage(name).deps) deps[d] = a_provides(d) ? o.get(d) : local_plain(d, c);
-    return local[key] = cpu_stage(name, o.prob, deps, plain_arith(c));
+    return local[key] = plain_from(name, c, a_provides);
   };
   // The stage itself recomputed from A's upstream tensors: fp64, or fp32 plain and unrounded.
   std::map<std::string, Tensor> own;
@@ -475,13 +478,10 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     // dvecX passed under --accept tf32 (review E, session 22). The lean (rounding.cpp) still tells
     // a truncation where tau explains every flip.
     auto fused_plain = [&](Accuracy c) {
-      auto reads_phi = [](const char* d) {
+      return plain_from(s.name, c, [&](const char* d) {
         const std::vector<const char*>& up = stage(d).deps;
-        return std::any_of(up.begin(), up.end(), [](const char* u) { return std::string_view(u) == "phi"; });
-      };
-      TensorMap deps;
-      for (const char* d : s.deps) deps[d] = a_provides(d) && !reads_phi(d) ? refs.oracle().get(d) : local_plain(d, c);
-      return cpu_stage(s.name, refs.oracle().prob, deps, plain_arith(c));
+        return a_provides(d) && std::none_of(up.begin(), up.end(), [](const char* u) { return std::string_view(u) == "phi"; });
+      });
     };
     std::map<Accuracy, Rounding> rounding;
     Tensor fp32_value;

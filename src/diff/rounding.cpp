@@ -49,9 +49,9 @@ int lean_of(const Rounding::Lean& g) {
 }
 
 // A's group leans, and the null's (the class's own arithmetic) does not lean the same way.
-int lean_of(const Rounding::Lean& g, const Rounding::Lean& null) {
-  const int w = lean_of(g);
-  return w != 0 && lean_of(null) != w ? w : 0;
+int lean_of(const Rounding::Group& g) {
+  const int w = lean_of(g.a);
+  return w != 0 && lean_of(g.null) != w ? w : 0;
 }
 
 // One element's part of the lean: A's value v against the exact one e (in the unit at e, floored
@@ -70,12 +70,6 @@ LeanElem lean_elem(double v, double e, double rms) {
 }
 
 void add(Rounding::Lean& g, const LeanElem& q) { g.n += 1, g.u += q.u, g.u2 += q.u * q.u, g.d += q.d, g.d2 += q.d * q.d; }
-
-// A group's sums of A and of the null side by side.
-struct LeanPair {
-  Rounding::Lean a, null;
-  void add(const LeanPair& o) { a.add(o.a), null.add(o.null); }
-};
 
 // The lean's sums over the rows (tokens, `row` elements each; the whole tensor where row does not
 // divide it), its bands and columns, of A and of the null (plain: the class-C evaluation, rounded
@@ -97,49 +91,45 @@ void measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, const Tenso
     return std::isfinite(v) && std::isfinite(e) && e != 0 &&
            std::fabs(fp32.at(i) - e) <= kLeanNoise * bf16_ulp(std::max(std::fabs(e), rms * kUlpFloor));
   };
-  auto elem = [&](int64_t i, LeanPair& into, Rounding::Lean* band_a, Rounding::Lean* band_null) {
+  auto elem = [&](int64_t i, Rounding::Group& into, Rounding::Group* band) {
     const LeanElem q = lean_elem(a.at(i), exact.at(i), rms);
     ::mhc::add(into.a, q);
-    if (band_a) ::mhc::add(band_a[q.band], q);
+    if (band) ::mhc::add(band[q.band].a, q);
     const double o = with_null ? oracle.at(i) : 0, v = with_null ? as_bf16(plain.at(i)) : 0;
     if (!with_null || o == 0 || !std::isfinite(o) || !std::isfinite(v)) return;
     const LeanElem z = lean_elem(v, o, rms_o);
     ::mhc::add(into.null, z);
-    if (band_null) ::mhc::add(band_null[z.band], z);
+    if (band) ::mhc::add(band[z.band].null, z);
   };
   auto repeats_row = [&](int64_t i) { return i % L > 0 && exact.at(i) == exact.at(i - 1); };
   auto repeats_col = [&](int64_t i) { return i >= L && exact.at(i) == exact.at(i - L); };
-  std::vector<LeanPair> by_row(static_cast<size_t>(rows)), whole(static_cast<size_t>(rows));
-  std::vector<Rounding::Lean> band_a(static_cast<size_t>(rows * B)), band_null(static_cast<size_t>(rows * B));
+  std::vector<Rounding::Group> by_row(static_cast<size_t>(rows)), whole(static_cast<size_t>(rows));
+  std::vector<Rounding::Group> by_band(static_cast<size_t>(rows * B));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t i = t * L; i < (t + 1) * L; ++i)
       if (!repeats_row(i) && counts(i)) {
-        elem(i, by_row[size_t(t)], nullptr, nullptr);
-        if (!repeats_col(i)) elem(i, whole[size_t(t)], &band_a[size_t(t * B)], &band_null[size_t(t * B)]);
+        elem(i, by_row[size_t(t)], nullptr);
+        if (!repeats_col(i)) elem(i, whole[size_t(t)], &by_band[size_t(t * B)]);
       }
-  std::vector<LeanPair> cols(static_cast<size_t>(L));
+  r.lean_col.assign(size_t(L), {});
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < L; ++c)
     for (int64_t t = 0; t < rows; ++t)
-      if (!repeats_col(t * L + c) && counts(t * L + c)) elem(t * L + c, cols[size_t(c)], nullptr, nullptr);
-  r.lean_col.resize(size_t(L)), r.null_col.resize(size_t(L));
-  for (int64_t c = 0; c < L; ++c) r.lean_col[size_t(c)] = cols[size_t(c)].a, r.null_col[size_t(c)] = cols[size_t(c)].null;
+      if (!repeats_col(t * L + c) && counts(t * L + c)) elem(t * L + c, r.lean_col[size_t(c)], nullptr);
   std::vector<int> row_sign(static_cast<size_t>(rows));
   for (int64_t t = 0; t < rows; ++t) {
-    const Rounding::Lean& g = by_row[size_t(t)].a;
-    r.lean_all.add(whole[size_t(t)].a), r.null_all.add(whole[size_t(t)].null);
-    for (int k = 0; k < B; ++k) r.lean_band[k].add(band_a[size_t(t * B + k)]), r.null_band[k].add(band_null[size_t(t * B + k)]);
-    if ((row_sign[size_t(t)] = lean_of(g, by_row[size_t(t)].null)) == 0) continue;
+    r.lean_all.add(whole[size_t(t)]);
+    for (int k = 0; k < B; ++k) r.lean_band[k].add(by_band[size_t(t * B + k)]);
+    if ((row_sign[size_t(t)] = lean_of(by_row[size_t(t)])) == 0) continue;
     ++r.rows_lean;
-    if (r.lean_row < 0 || std::fabs(g.u / g.n) > std::fabs(r.lean_row_sums.u / r.lean_row_sums.n))
-      r.lean_row = t, r.lean_row_sums = g;
+    r.keep_row(t, by_row[size_t(t)].a);
   }
-  int all = lean_of(r.lean_all, r.null_all), band[B];
+  int all = lean_of(r.lean_all), band[B];
   bool any = all != 0 || r.rows_lean > 0;
-  for (int k = 0; k < B; ++k) any = (band[k] = lean_of(r.lean_band[k], r.null_band[k])) != 0 || any;
+  for (int k = 0; k < B; ++k) any = (band[k] = lean_of(r.lean_band[k])) != 0 || any;
   std::vector<int> col(static_cast<size_t>(L));
-  for (int64_t c = 0; c < L; ++c) any = (col[size_t(c)] = lean_of(r.lean_col[size_t(c)], r.null_col[size_t(c)])) != 0 || any;
+  for (int64_t c = 0; c < L; ++c) any = (col[size_t(c)] = lean_of(r.lean_col[size_t(c)])) != 0 || any;
   if (!any) return;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
@@ -159,10 +149,10 @@ std::string lean_reason(const Rounding& r) {
                " ulp ", way < 0 ? "toward" : "away from", " zero of the exact values on average (nearest-even's: ",
                ulps((g.u - g.d) / g.n), way < 0 ? "; rounded toward zero?)" : "; rounded up in magnitude?)");
   };
-  if (int w = lean_of(r.lean_all, r.null_all)) return says(w, r.lean_all, cat("over all ", int64_t(r.lean_all.n), " elements"));
+  if (int w = lean_of(r.lean_all)) return says(w, r.lean_all.a, cat("over all ", int64_t(r.lean_all.a.n), " elements"));
   for (int k = 0; k < Rounding::kBands; ++k)
-    if (int w = lean_of(r.lean_band[k], r.null_band[k])) {
-      const Rounding::Lean& g = r.lean_band[k];
+    if (int w = lean_of(r.lean_band[k])) {
+      const Rounding::Lean& g = r.lean_band[k].a;
       std::string m = k == 0 ? "RMS/2 and over" : k == Rounding::kBands - 1 ? cat("under RMS/", 1 << k) : cat("RMS/", 2 << k, "..RMS/", 1 << k);
       return says(w, g, cat("over the ", int64_t(g.n), " elements of magnitude ", m));
     }
@@ -171,8 +161,8 @@ std::string lean_reason(const Rounding& r) {
                 cat("in ", r.rows_lean, r.rows_lean > 1 ? " tokens (token " : " token (token ", r.lean_row, ": ",
                     int64_t(r.lean_row_sums.n), " elements)"));
   for (size_t c = 0; c < r.lean_col.size(); ++c)
-    if (int w = lean_of(r.lean_col[c], c < r.null_col.size() ? r.null_col[c] : Rounding::Lean{}))
-      return says(w, r.lean_col[c], cat("at place ", c, " of every token's row (", int64_t(r.lean_col[c].n), " elements)"));
+    if (int w = lean_of(r.lean_col[c]))
+      return says(w, r.lean_col[c].a, cat("at place ", c, " of every token's row (", int64_t(r.lean_col[c].a.n), " elements)"));
   return "";
 }
 

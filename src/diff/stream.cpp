@@ -244,14 +244,12 @@ void add_rounding(Rounding& x, const Rounding& y) {
     x.off_fp32 += y.off_fp32;
     x.toward += y.toward, x.away += y.away, x.elements += y.elements, x.bias_sum += y.bias_sum;
     x.widest = std::max(x.widest, y.widest), x.widest_unit = std::max(x.widest_unit, y.widest_unit);
-    x.lean_all.add(y.lean_all), x.null_all.add(y.null_all);
-    for (int k = 0; k < Rounding::kBands; ++k) x.lean_band[k].add(y.lean_band[k]), x.null_band[k].add(y.null_band[k]);
-    if (x.lean_col.size() == y.lean_col.size() && x.null_col.size() == y.null_col.size())
-      for (size_t c = 0; c < x.lean_col.size(); ++c) x.lean_col[c].add(y.lean_col[c]), x.null_col[c].add(y.null_col[c]);
+    x.lean_all.add(y.lean_all);
+    for (int k = 0; k < Rounding::kBands; ++k) x.lean_band[k].add(y.lean_band[k]);
+    if (x.lean_col.size() == y.lean_col.size())
+      for (size_t c = 0; c < x.lean_col.size(); ++c) x.lean_col[c].add(y.lean_col[c]);
     x.rows_lean += y.rows_lean;
-    if (y.lean_row >= 0 && (x.lean_row < 0 || std::fabs(y.lean_row_sums.u / y.lean_row_sums.n) >
-                                                  std::fabs(x.lean_row_sums.u / x.lean_row_sums.n)))
-      x.lean_row = y.lean_row, x.lean_row_sums = y.lean_row_sums;
+    if (y.lean_row >= 0) x.keep_row(y.lean_row, y.lean_row_sums);
   }
   x.checked = x.checked && y.checked;
 }
