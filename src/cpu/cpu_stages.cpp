@@ -387,11 +387,16 @@ template <class R> void dx(const Problem& p, const TensorMap& in, Tensor& out) {
 // in order; plain evaluations continue one chain. So a case run in chunks that start at
 // multiples of kTokenBlock gives the same bits as the case run in one piece.
 
-// acc[N,K] += sum_t dh_mix[t,:]^T x[t,:]  (gamma applied at the end: dphi = acc ⊙ gamma)
+// acc[N,K] += sum_t dh_mix[t,:]^T x[t,:]  (gamma applied at the end: dphi = acc ⊙ gamma).
+// A plain evaluation with rounded operands rounds x*gamma too (x stays exact where gamma is 1):
+// a kernel whose GEMM reads x*gamma (autograd's dh_mix^T (x*gamma)) rounds both of its operands,
+// about twice the error of one that applies gamma after the GEMM, and a correct such TF32 kernel
+// was diverged at dphi under --accept tf32 (review A, session 23).
 template <class R> void dphi_add(const Problem& p, const TensorMap& in, const Arith& a, R* acc) {
   const Tensor& x = dep(in, "x");
   const int64_t T = p.T(), K = p.K(), N = p.N();
   As<R> dhm(dep(in, "dh_mix"));
+  const std::vector<R> g = a.plain && a.operands != Operands::exact ? all_as<R>(dep(in, "gamma")) : std::vector<R>();
 #pragma omp parallel
   {
     std::vector<R> v(static_cast<size_t>(kTokenBlock * kColSlice));
@@ -409,6 +414,13 @@ template <class R> void dphi_add(const Problem& p, const TensorMap& in, const Ar
           s.noalias() += MapC<R>(dhm.p + t0 * N, rows, N).transpose() * MapC<R>(v.data(), rows, w);
           continue;
         }
+        if (!g.empty())  // x*gamma as the GEMM reads it, over gamma, which sum_finish applies again
+          for (int64_t r = 0; r < rows; ++r)
+            for (int64_t cc = 0; cc < w; ++cc)
+              if (R gk = g[size_t(k0 + cc)]; gk != R(0) && std::isfinite(gk)) {
+                R& e = v[size_t(r * w + cc)];
+                e = operand(e * gk, a.operands) / gk;
+              }
         for (int64_t r = 0; r < rows; ++r)  // one chain over tokens per (j, k)
           for (int64_t j = 0; j < N; ++j) {
             R c = operand(dhm.p[(t0 + r) * N + j], a.operands);

@@ -257,7 +257,7 @@ void explain(Rounding& r) {
     bool spread = widest > 0.25;  // flips far from ties: the rounding itself, not a slightly different value
     if (spread && toward >= 0.9 * double(r.unexplained))
       r.reason = cat("truncation: ", n, " rounded toward zero where nearest-even rounds away (bias ",
-                     std::round(r.bias_ulp * 1000) / 1000, " ulp)");
+                     std::round(r.bias_ulp * 1000) / 1000 + 0.0, " ulp)");  // + 0.0: never "-0"
     else if (spread && away >= 0.9 * double(r.unexplained))
       r.reason = cat("rounding away from zero: ", n, " rounded up in magnitude where nearest-even rounds down");
     else if (widest < 0.1)

@@ -5,7 +5,7 @@ It behaves like a user's kernel for testing `mhc diff`: it reads a case's /input
 writes every stage to an HDF5 file in mhc's schema.
 
     /usr/bin/python3 tests/indep/kernel.py IN.h5 OUT.h5 [--order seq|rev|tile64|tile256|splitk|blas]
-        [--gemm fp32|tf32|bf16] [--bug NAME] [--norm-first] [--dx dvecX|fused|textbook]
+        [--gemm fp32|tf32|bf16] [--bug NAME] [--norm-first] [--dx dvecX|fused|textbook] [--dphi after|xgamma]
         [--stages all|forward|backward|none|STAGE,...]
         [--rename OLD=NEW] [--dtype-override STAGE=float16] [--reshape STAGE]
 
@@ -23,6 +23,8 @@ writes every stage to an HDF5 file in mhc's schema.
           norm's backward inv_rms (dxn - xn <dxn,xn>/K) + ..., dxn = G (phi*gamma), xn = v inv_rms;
           both correct orders of operations (dvecX is still dumped as dh_mix phi; --gemm rounds
           dh_mix in fused, not phi*gamma).
+--dphi    xgamma: dphi = dh_mix^T (v*gamma), autograd's form, whose GEMM reads v*gamma (rounded
+          by --gemm like dh_mix); after (default): gamma applied after the GEMM of v, exact in TF32.
 --stages (none: only /inputs), --rename, --dtype-override, --reshape simulate format
           mistakes in the dump.
 
@@ -228,7 +230,7 @@ def round_h_in(h, bug):  # h: [T,D] float32 -> bf16 values
     return bf16_rne(h)
 
 
-def backward(inp, fwd, aux, order, gemm, bug, dx_form="dvecX"):
+def backward(inp, fwd, aux, order, gemm, bug, dx_form="dvecX", dphi_form="after"):
     """Hand-written gradients of L = <h_in,dh_in> + <h_post,dh_post> + <h_res,dh_res>.
     inp: as forward plus dh_in [T,D], dh_post [T,n], dh_res [T,n,n]; fwd/aux from forward."""
     x, phi, alpha, gamma = inp["x"], inp["phi"], inp["alpha"], inp["gamma"]
@@ -270,8 +272,13 @@ def backward(inp, fwd, aux, order, gemm, bug, dx_form="dvecX"):
     dx = (bf16_trunc(dx) if bug == "trunc_dx" else bf16_rne(dx)).reshape(T, n, D)
 
     t_used = T // 2 if bug == "dphi_half" else T
-    dphi = ordered_sum(order, [dm[:t_used], v[:t_used]], lambda a, b: (a[:, :, None], b[:, None, :]),
-                       lambda: dm[:t_used].t() @ v[:t_used]) * gamma.reshape(1, K)  # [N,K]
+    if dphi_form == "xgamma":  # autograd's form: the GEMM reads x*gamma, rounded as its operand
+        vg = gemm_round(v[:t_used] * gamma.reshape(1, K), gemm)
+        dphi = ordered_sum(order, [dm[:t_used], vg], lambda a, b: (a[:, :, None], b[:, None, :]),
+                           lambda: dm[:t_used].t() @ vg)  # [N,K]
+    else:
+        dphi = ordered_sum(order, [dm[:t_used], v[:t_used]], lambda a, b: (a[:, :, None], b[:, None, :]),
+                           lambda: dm[:t_used].t() @ v[:t_used]) * gamma.reshape(1, K)  # [N,K]
 
     groups = [(0, n), (n, 2 * n), (2 * n, N)]  # pre, post, res
     q = torch.stack([ordered_sum(order, [g[:, a:b].t(), t[:, a:b].t()], lambda u, w: (u, w),
@@ -365,6 +372,8 @@ def parse_args(argv):
     p.add_argument("--dx", choices=["dvecX", "fused", "textbook"], default="dvecX",
                    help="dx from dvecX*gamma (default), from dh_mix (phi*gamma) (gamma folded into the weights), "
                         "or the norm's textbook backward inv_rms (dxn - xn <dxn,xn>/K); dvecX is dumped as dh_mix phi")
+    p.add_argument("--dphi", choices=["after", "xgamma"], default="after",
+                   help="dphi as (dh_mix^T x) gamma (default) or as dh_mix^T (x gamma), whose GEMM rounds x*gamma too")
     p.add_argument("--stages", default="all", help="all, forward, backward, none (only /inputs) or a comma list of stages")
     p.add_argument("--rename", action="append", default=[], metavar="OLD=NEW")
     p.add_argument("--dtype-override", action="append", default=[], metavar="STAGE=DTYPE")
@@ -383,7 +392,7 @@ def main(argv):
         fwd, aux = forward(inp, args.order, args.gemm, args.bug, args.norm_first)
         stages = dict(fwd)
         if "dh_in" in inp and any(s in BACKWARD for s in want):
-            stages.update(backward(inp, fwd, aux, args.order, args.gemm, args.bug, args.dx))
+            stages.update(backward(inp, fwd, aux, args.order, args.gemm, args.bug, args.dx, args.dphi))
     write_output(args, {k: v for k, v in stages.items() if k in want}, tok)
 
 

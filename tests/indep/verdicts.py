@@ -259,6 +259,12 @@ def gemm_cases():
     for gemm, form in (("tf32", "fused"), ("bf16", "textbook")):
         cases.append(Case(f"gemm {gemm} dx {form} {s}, --accept {gemm}", s, ["--gemm", gemm, "--dx", form],
                           diff=["--accept", gemm], checks=[exit_is(0), field_is("verdict", "match")]))
+    # dphi as autograd forms it, dh_mix^T (x*gamma): its GEMM rounds both operands, and the
+    # class's evaluation rounded dh_mix only: 1.06x its limit under --accept tf32 (review A, session 23)
+    for gemm, shape in (("tf32", "300,4,128"), ("bf16", "300,4,128"), ("tf32", "1,4,1024")):
+        cases.append(Case(f"gemm {gemm} dphi xgamma {shape}, --accept {gemm}", shape,
+                          ["--order", "tile64", "--gemm", gemm, "--dphi", "xgamma"], diff=["--accept", gemm],
+                          checks=[exit_is(0), field_is("verdict", "match")]))
     # review E, session 22: the lean's first form called these truncation or rounding away: one
     # near-tie flip of a token copied to 768 others; dx at K = 1 of a kernel truncating TF32 operands
     cases.append(Case("clean seq 1024,4,1024@repeat vs cpu", "1024,4,1024@repeat", ["--order", "seq"],
