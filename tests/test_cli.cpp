@@ -498,6 +498,14 @@ TEST_SUITE("cli") {
     CHECK(v.err.find("more than the memory limit of") != std::string::npos);
     CHECK(test::sh("ulimit -v 150000 && " + test::mhc("run -q " + dir + "/v.h5 " + dir + "/v_lim.h5")).rc == 0);
     CHECK(test::read_bytes(dir + "/v_lim.h5") == test::read_bytes(dir + "/v_out.h5"));
+    // a worker thread's bad_alloc inside an OpenMP region ended in std::terminate (SIGABRT, exit
+    // 134, the temporary output left), and check counted the golden's as its failure: one line,
+    // exit 2 (review B, session 23)
+    auto omp = test::sh("ulimit -v 100000 && OMP_NUM_THREADS=2 " + test::mhc("check cpu --cases quick --only T1_D4096"));
+    INFO(omp.out, omp.err);
+    CHECK(omp.rc == 2);
+    CHECK(omp.err.rfind("mhc: error: out of memory", 0) == 0);
+    CHECK(std::count(omp.err.begin(), omp.err.end(), '\n') == 1);
 #endif
   }
 
@@ -691,6 +699,15 @@ TEST_SUITE("cli") {
     CHECK(std::filesystem::exists(dir + "/kc/c2.in.h5"));
     CHECK(!std::filesystem::exists(dir + "/kc/c2.a.h5"));
     CHECK(!std::filesystem::exists(dir + "/kc/c2.ref.h5"));
+    // a symbolic link planted at a kept file's name is not written through: its target (any file)
+    // was replaced with the case's HDF5 bytes, without --force (review B, session 23)
+    std::filesystem::create_directories(dir + "/kl");
+    std::ofstream(dir + "/victim.txt") << "precious\n";
+    std::filesystem::create_symlink(dir + "/victim.txt", dir + "/kl/c2.in.h5");
+    auto kl = test::sh("cd " + dir + "/kc && " + test::mhc("check 'exec:false {in} {out}' --cases one.txt --keep ../kl"));
+    CHECK(kl.rc == 1);
+    CHECK(test::read_bytes(dir + "/victim.txt") == "precious\n");
+    CHECK(kl.out.find("not kept: ../kl/c2.in.h5: is a symbolic link") != std::string::npos);
     for (const char* e : {"x_exp=zz", "x_exp=99999999999", "x_exp=51", "x_exp=-51", "x_exp=", "x_exp=3x"}) {
       CAPTURE(e);
       std::ofstream(dir + "/exp.txt") << "odd 5,3,7 " << e << "\n";

@@ -381,6 +381,19 @@ TEST_SUITE("hostile") {
       m.edit(std::string(at) + ".attrs['hc_eps'] = 0.25");
       m.expect_error("run " + m.in + " " + m.out, {"attribute hc_eps would be ignored here", "on /inputs only"});
     }
+    // review B, session 23: gamma in a subgroup ran with gamma = 1, an eps on a subgroup or named
+    // eps / rms_eps with the defaults
+    Hostile sg("input_subgroup");
+    sg.edit("g = f['inputs']; g['params/gamma'] = g['gamma'][()] * 3; del g['gamma']");
+    sg.expect_error("run " + sg.in + " " + sg.out, {"/inputs/params: not an input of the schema"});
+    Hostile se("input_subgroup_eps");
+    se.edit("f['inputs'].create_group('params').attrs['norm_eps'] = 0.5");
+    se.expect_error("run " + se.in + " " + se.out, {"/inputs/params: not an input of the schema"});
+    for (const char* name : {"eps", "rms_eps", "layer_norm_eps"}) {
+      Hostile e(std::string("input_attr_") + name);
+      e.edit(std::string("f['inputs'].attrs['") + name + "'] = 0.5");
+      e.expect_error("run " + e.in + " " + e.out, {std::string("attribute ") + name + " is not norm_eps or hc_eps"});
+    }
     Hostile ok("input_other_attr");  // attributes of the user's own, not near misses of an eps
     ok.edit("a = f['inputs'].attrs; a['description'] = 'layer 3'; a['hc_mult'] = 4; a['steps'] = 10; a['normalized'] = 1");
     CHECK(test::sh(test::mhc("run -q " + ok.in + " " + ok.out)).rc == 0);
@@ -515,6 +528,31 @@ TEST_SUITE("hostile") {
     // the right shape in float64 is fine
     auto ok = test::sh(test::mhc("run -q --backend " + exec("forward/inv_rms 8 float64") + " " + h.in + " " + h.out));
     INFO(ok.err);
+    CHECK(ok.rc == 0);
+  }
+
+  TEST_CASE("a backward stage in a case without gradients is one error naming it (diff, exec), not an internal error") {
+    Hostile h("fwd_only_backward");
+    // every stage of a run, then the gradients taken out of /inputs: diff replayed dh_pre from
+    // a dh_in it did not have (exit 3, "no CPU function for stage dh_post"; review B, session 23)
+    const std::string dump = h.dump("[f['inputs'].pop(k) for k in ('dh_in', 'dh_post', 'dh_res')]");
+    for (const std::string& ref : {std::string("cpu"), std::string("cpu:fp64"), dump})
+      h.expect_error("diff " + dump + " " + ref, {dump, "/backward/dh_pre is a backward stage", "no gradients"});
+    // a kernel's dump of stages only, its inputs a forward-only case
+    const std::string fo = h.dir + "/fo.h5", stages = h.dir + "/stages.h5";
+    save_case(fo, generate_case(parse_shape("8,4,8"), 3, false));
+    REQUIRE(test::sh("cp " + dump + " " + stages).rc == 0);
+    h.edit_file(stages, "del f['inputs']");
+    h.expect_error("diff " + stages + " cpu --input " + fo, {stages, "/backward/dh_pre", "no gradients"});
+    // a command that writes a backward stage for a forward-only case
+    const std::string w = h.script("bw.py", "import sys, h5py, numpy as np\n"
+                                            "with h5py.File(sys.argv[2], 'w') as g:\n"
+                                            "    g['backward/dh_pre'] = np.ones((8, 4), np.float32)\n");
+    h.expect_error("run --backend 'exec:" + std::string(MHC_PYTHON) + " " + w + " {in} {out}' " + fo + " " + h.out,
+                   {"/backward/dh_pre is a backward stage", "no gradients"});
+    // the same dump with its gradients is compared as ever
+    auto ok = test::sh(test::mhc("diff " + stages + " cpu --input " + h.in));
+    INFO(ok.out, ok.err);
     CHECK(ok.rc == 0);
   }
 

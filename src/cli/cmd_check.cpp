@@ -140,16 +140,26 @@ Outcome check_one(const CheckCase& cc, const BackendSpec& backend, const Backend
       o.pattern = rep.verdict_line().substr(std::strlen("diverged; "));
     if (std::string f = constant_factor(a, b); !f.empty() && o.first_divergent == "inv_rms") o.pattern = cat("inv_rms: ", f);
     o.passed = rep.match() && o.reason.empty();
+  } catch (const std::bad_alloc&) {  // not the kernel's failure: the sweep itself cannot go on (main: exit 2)
+    throw;
   } catch (const std::exception& e) {  // one case's error (a kernel that crashes on a shape) is its failure
     o.verdict = "error";
     o.reason = dynamic_cast<const UserError*>(&e) ? e.what() : cat("internal error: ", e.what());
   }
   if (!o.passed && !keep.empty()) {  // DIR was made before the sweep
     const std::string file = kept_name(cc.name);
+    // the names are mhc's own: a symbolic link planted at one is never written through (it
+    // replaced the link's target, a file anywhere, without --force; review B, session 23)
+    auto own = [](const std::string& path) {
+      struct stat st;
+      if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode))
+        fail(path, ": is a symbolic link; --keep writes only files of its own, never through a link");
+      return path;
+    };
     try {  // a full disk costs the kept files of this case, not the rest of the sweep
-      save_case(cat(keep, "/", file, ".in.h5"), in);
+      save_case(own(cat(keep, "/", file, ".in.h5")), in);
       for (auto [side, c] : {std::pair{"a", &a}, std::pair{"ref", &b}}) {
-        const std::string path = cat(keep, "/", file, ".", side, ".h5");
+        const std::string path = own(cat(keep, "/", file, ".", side, ".h5"));
         if (c->t.size() > in.t.size())
           save_case(path, *c);
         else if (std::error_code ec; std::filesystem::is_regular_file(std::filesystem::symlink_status(path, ec)))

@@ -6,11 +6,14 @@
 #include <unistd.h>
 #include <omp.h>
 
+#include <atomic>
 #include <cerrno>
+#include <exception>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -41,9 +44,41 @@ int startable_threads(int want) {
   return int(started.size()) + 1;
 }
 
+const char* const kOutOfMemory =
+    "mhc: error: out of memory: this command needs more than the process may allocate (ulimit -v, a "
+    "container's limit, other processes); MHC_MAX_MEMORY=BYTES makes streamed commands use less\n";
+
+// An exception that leaves an OpenMP region (a worker thread's buffer under ulimit -v) ends in
+// std::terminate: it aborted (exit 134) and left the temporary output (review B, session 23).
+// Handled as main() handles it on its own thread: one line, the temporary file removed, exit 2
+// (3 for an internal error); a second thread that gets here waits for the first one's exit.
+[[noreturn]] void on_terminate() {
+  static std::atomic<bool> once{false};
+  if (once.exchange(true))
+    for (;;) pause();
+  std::string line = "mhc: internal error: std::terminate\n";
+  int rc = 3;
+  try {
+    if (std::exception_ptr e = std::current_exception()) std::rethrow_exception(e);
+  } catch (const std::bad_alloc&) {
+    line = kOutOfMemory, rc = 2;
+  } catch (const mhc::UserError& e) {
+    line = "mhc: error: " + mhc::one_line(e.what()) + "\n", rc = 2;
+  } catch (const std::exception& e) {
+    line = std::string("mhc: internal error: ") + e.what() + "\n";
+  } catch (...) {
+  }
+  mhc::remove_temp_now();
+  std::fflush(stdout);
+  const ssize_t written = write(2, line.data(), line.size());  // where stderr is gone, the status still tells
+  (void)written;
+  std::_Exit(rc);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::set_terminate(on_terminate);
   CLI::App app{"mhc: golden CPU backend, CUDA backend and stage-by-stage diff for the mHC pre operator"};
   app.set_version_flag("--version", mhc::version_string());
   app.require_subcommand(1);
@@ -116,8 +151,7 @@ int main(int argc, char** argv) {
     std::cerr.flush();
     std::_Exit(2);
   } catch (const std::bad_alloc&) {  // a limit memory_limit() could not see, or an estimate too low
-    std::cerr << "mhc: error: out of memory: this command needs more than the process may allocate (ulimit -v, a "
-                 "container's limit, other processes); MHC_MAX_MEMORY=BYTES makes streamed commands use less\n";
+    std::cerr << kOutOfMemory;
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "mhc: internal error: " << e.what() << "\n";

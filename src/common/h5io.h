@@ -60,6 +60,10 @@ bool has_inputs(const std::string& path);
 // in those groups into c.unknown. The file's own /inputs, if any, are not read.
 void load_stages(const std::string& path, Case& c);
 
+// A /backward stage in `c` (present, or misshapen) where the case has no gradients: an error
+// naming path (a forward-only case has no backward to compare or replay from).
+void check_backward_has_gradients(const std::string& path, const Case& c, bool gradients);
+
 // Reads a case token chunk by token chunk (HDF5 hyperslabs), for commands whose memory must
 // not grow with T. The constructor validates the file as load_case does and reads what is
 // not per token: parameters and, with `outputs`, the sums over tokens.

@@ -43,7 +43,12 @@ class FileSide : public Side {
   // `in`: where a file without /inputs (a dump of stages only) takes its inputs from
   FileSide(const std::string& path, const LoadOptions& opt, bool outputs, std::shared_ptr<Side> in)
       : in_(in && outputs && !has_inputs(path) ? std::move(in) : nullptr),
-        r_(path, opt, outputs, in_ ? &in_->head() : nullptr) {}
+        r_(path, opt, outputs, in_ ? &in_->head() : nullptr) {
+    if (!outputs) return;
+    Case first = chunk(0, 1);  // the per-token stages and inputs present, and the sums over tokens
+    for (auto& [name, t] : r_.head().t) first.t.emplace(name, t);
+    check_backward_has_gradients(path, first, first.has_gradients());
+  }
   const Case& head() override { return r_.head(); }
   Case chunk(int64_t t0, int64_t t1) override {
     Case c = r_.chunk(t0, t1);
