@@ -965,7 +965,6 @@ bool has_inputs(const std::string& path) {
 void load_stages(const std::string& path, Case& c) {
   ReadingFile reading(path);
   H5::H5File f = open_h5(path);
-  const bool gradients = c.has_gradients();
   try {
     std::vector<TokenDataset> tok;
     read_outputs_head(f, path, c, tok);
@@ -976,7 +975,7 @@ void load_stages(const std::string& path, Case& c) {
   } catch (const H5::Exception& e) {
     fail(path, ": read error in ", e.getFuncName(), " (", h5_cause(), ")");
   }
-  check_backward_has_gradients(path, c, gradients);
+  check_backward_has_gradients(path, c, c.has_gradients());  // the inputs of c, which no stage changes
 }
 
 // Was an internal error (exit 3) in diff, whose replays start from dh_in (review B, session 23).

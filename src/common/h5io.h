@@ -60,7 +60,7 @@ bool has_inputs(const std::string& path);
 // in those groups into c.unknown. The file's own /inputs, if any, are not read.
 void load_stages(const std::string& path, Case& c);
 
-// A /backward stage in `c` (present, or misshapen) where the case has no gradients: an error
+// A /backward stage in `c` (present, or misshapen) where its case has no `gradients`: an error
 // naming path (a forward-only case has no backward to compare or replay from).
 void check_backward_has_gradients(const std::string& path, const Case& c, bool gradients);
 

@@ -45,9 +45,9 @@ class FileSide : public Side {
       : in_(in && outputs && !has_inputs(path) ? std::move(in) : nullptr),
         r_(path, opt, outputs, in_ ? &in_->head() : nullptr) {
     if (!outputs) return;
-    Case first = chunk(0, 1);  // the per-token stages and inputs present, and the sums over tokens
-    for (auto& [name, t] : r_.head().t) first.t.emplace(name, t);
+    const Case first = chunk(0, 1);  // the per-token stages and inputs present; the head holds the sums
     check_backward_has_gradients(path, first, first.has_gradients());
+    check_backward_has_gradients(path, r_.head(), first.has_gradients());
   }
   const Case& head() override { return r_.head(); }
   Case chunk(int64_t t0, int64_t t1) override {
