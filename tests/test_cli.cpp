@@ -163,6 +163,17 @@ TEST_SUITE("cli") {
     CAPTURE(half.err);
     CHECK(half.rc == 2);
     CHECK(!std::filesystem::exists(dumped));
+    // the same with an old --dump-diff file and --force: the old file stays as it was (it was
+    // replaced before the report failed; review B, session 23)
+    std::ofstream(dumped) << "old dump";
+    std::filesystem::create_directory(gone);
+    auto kept = test::sh(test::mhc(cat("diff 'exec:cp ", b.out, " {out}; rmdir ", gone, " # {in}' ", b.out, " --force --dump-diff ",
+                                       dumped, " --report ", gone, "/r.html")));
+    CAPTURE(kept.err);
+    CHECK(kept.rc == 2);
+    CHECK(test::read_bytes(dumped) == "old dump");
+    for (auto& e : std::filesystem::directory_iterator(b.dir))
+      CHECK(e.path().filename().string().find(".tmp") == std::string::npos);  // no temporary file left
   }
 
   TEST_CASE("the same command writes the same bytes (no HDF5 timestamps in gen, run and diff's files)") {

@@ -51,7 +51,8 @@ std::pair<int64_t, int64_t> parse_tokens(const std::string& text, int64_t T) {
 }
 
 // --dump-diff: per compared stage, A - B, the error in the stage's unit and the mismatch mask.
-void dump_diff(const std::string& path, const Problem& p, const DiffReport& rep, bool replace) {
+void dump_diff(const std::string& path, const Problem& p, const DiffReport& rep, bool replace,
+               const std::function<void()>& before_commit) {
   std::vector<std::pair<std::string, Tensor>> out;
   for (const StageReport& s : rep.stages) {
     if (!s.compared) continue;
@@ -71,7 +72,7 @@ void dump_diff(const std::string& path, const Problem& p, const DiffReport& rep,
     out.emplace_back(cat("/", s.name, "/error"), std::move(e));
     out.emplace_back(cat("/", s.name, "/mismatch"), std::move(m));
   }
-  save_tensors(path, out, replace);
+  save_tensors(path, out, replace, before_commit);
 }
 
 // The /inputs of two heads: "" when they agree (parameters, eps, shapes), else what differs.
@@ -301,17 +302,16 @@ void add_diff(CLI::App& app, int& rc) {
                 << report_table(rep, colour);
     }
     flush_stdout();  // before the files: a report that cannot be printed leaves none of them
-    // both or neither: a --report that cannot be written removes the --dump-diff file this diff
-    // made (it had been left beside the error; review B, session 22)
-    std::error_code ec;
-    const bool dump_made = !o->dump.empty() && !std::filesystem::exists(std::filesystem::symlink_status(o->dump, ec));
-    if (!o->dump.empty()) dump_diff(o->dump, prob, rep, o->force);
-    try {
+    // both or neither: the --dump-diff file, finished, is moved into place only once the --report
+    // is written (a report that failed had left an old dump replaced under --force; review B,
+    // sessions 22 and 23)
+    auto write_report = [&] {
       if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)), o->force);
-    } catch (const UserError&) {
-      if (dump_made) std::filesystem::remove(o->dump, ec);
-      throw;
-    }
+    };
+    if (o->dump.empty())
+      write_report();
+    else
+      dump_diff(o->dump, prob, rep, o->force, write_report);
     rc = rep.exit_status();
   });
 }

@@ -1064,7 +1064,8 @@ int vfd_descriptor(H5::H5File& f) {
 }
 
 // Writes a new HDF5 file through `fill` (an OutputFile: temporary file, then moved into place).
-void write_atomically(const std::string& path, bool replace, const std::function<void(H5::H5File&)>& fill) {
+void write_atomically(const std::string& path, bool replace, const std::function<void(H5::H5File&)>& fill,
+                      const std::function<void()>& before_commit = nullptr) {
   quiet_hdf5();
   OutputFile out(path, replace);
   std::unique_ptr<H5::H5File> f;
@@ -1078,6 +1079,7 @@ void write_atomically(const std::string& path, bool replace, const std::function
   } catch (const H5::Exception&) {
     write_failed(path, f);
   }
+  if (before_commit) before_commit();
   out.commit();
 }
 
@@ -1193,10 +1195,13 @@ void save_case(const std::string& path, const Case& c, bool replace, const std::
   w.commit();
 }
 
-void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets, bool replace) {
-  write_atomically(path, replace, [&](H5::H5File& f) {
-    for (auto& [name, t] : datasets) write_dataset(f, name, t);
-  });
+void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets, bool replace,
+                  const std::function<void()>& before_commit) {
+  write_atomically(
+      path, replace, [&](H5::H5File& f) {
+        for (auto& [name, t] : datasets) write_dataset(f, name, t);
+      },
+      before_commit);
 }
 
 void save_text(const std::string& path, const std::string& text, bool replace) {

@@ -128,8 +128,10 @@ class CaseWriter {
 };
 
 // Writes datasets ("/group/name" -> tensor) to a new file, atomically like save_case; an existing
-// file (one created meanwhile too) is replaced only with `replace`.
-void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets, bool replace);
+// file (one created meanwhile too) is replaced only with `replace`. before_commit runs once the
+// file is complete, before it is moved into place: an error there leaves the old file as it was.
+void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets, bool replace,
+                  const std::function<void()>& before_commit = nullptr);
 
 // Writes a text file (an HTML report) the same way: temporary file, then rename.
 void save_text(const std::string& path, const std::string& text, bool replace);

@@ -20,10 +20,11 @@
 namespace mhc {
 namespace {
 
-// The temporary file being written, for the signal handler (one output at a time), and the
-// cleanup it runs first.
-char g_temp[4096];
-volatile sig_atomic_t g_have_temp = 0;
+// The temporary files being written, for the signal handler (at most two at a time: diff's
+// --dump-diff waits, finished, while its --report is written), and the cleanup it runs first.
+constexpr int kTempSlots = 2;
+char g_temp[kTempSlots][4096];
+volatile sig_atomic_t g_have_temp[kTempSlots] = {};
 void (*volatile g_cleanup)() = nullptr;
 
 // Every signal whose default action ends the process and that another process, the terminal or
@@ -127,17 +128,18 @@ void check_output_path(const std::string& path, const std::string& in, bool forc
 
 OutputFile::OutputFile(const std::string& path, bool replace)
     : path_(target_of(path)), temp_(temp_path(path_)), replace_(replace) {
-  if (temp_.size() >= sizeof g_temp)
+  if (temp_.size() >= sizeof g_temp[0])
     fail(path_, ": the temporary file's name beside it would be ", temp_.size(), " bytes long, more than ",
-         sizeof g_temp - 1, "; choose a shorter output path");
-  MHC_CHECK(!g_have_temp, "one output at a time");
-  std::memcpy(g_temp, temp_.c_str(), temp_.size() + 1);
-  g_have_temp = 1;
+         sizeof g_temp[0] - 1, "; choose a shorter output path");
+  while (slot_ < kTempSlots && g_have_temp[slot_]) ++slot_;
+  MHC_CHECK(slot_ < kTempSlots, "at most ", kTempSlots, " outputs at a time");
+  std::memcpy(g_temp[slot_], temp_.c_str(), temp_.size() + 1);
+  g_have_temp[slot_] = 1;
 }
 
 OutputFile::~OutputFile() {
   if (!committed_ && (ino_ != 0 || creating_)) unlink(temp_.c_str());  // only what this process created
-  g_have_temp = 0;
+  g_have_temp[slot_] = 0;
 }
 
 int OutputFile::create() {
@@ -187,7 +189,8 @@ void OutputFile::commit() {
 
 void remove_temp_now() {
   if (void (*cleanup)() = g_cleanup) cleanup();
-  if (g_have_temp) unlink(g_temp);
+  for (int i = 0; i < kTempSlots; ++i)
+    if (g_have_temp[i]) unlink(g_temp[i]);
 }
 
 sigset_t termination_signals() {

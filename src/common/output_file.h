@@ -40,6 +40,7 @@ class OutputFile {
  private:
   std::string path_, temp_;
   bool replace_, committed_ = false, creating_ = false;
+  int slot_ = 0;  // the signal handler's record of the temporary file
   dev_t dev_ = 0;
   ino_t ino_ = 0;
 };
