@@ -248,7 +248,8 @@ TEST_SUITE("cli") {
     CHECK(!std::filesystem::exists("x.h5"));
     // a report that could not be written was exit 0
     save_case("full_stdout.h5", generate_case(parse_shape("8,4,8"), 1, true));
-    for (const char* args : {"inspect full_stdout.h5", "diff cpu cpu --input full_stdout.h5 --json"}) {
+    for (const char* args : {"inspect full_stdout.h5", "diff cpu cpu --input full_stdout.h5 --json", "--help", "--version",
+                             "diff --help"}) {  // --help and --version too (they were exit 0)
       CAPTURE(args);
       auto full = test::sh(test::mhc(args) + " > /dev/full");
       CHECK(full.rc == 2);

@@ -32,6 +32,18 @@ void mhc::flush_stdout() {
 
 namespace {
 
+// The report is the result: one that could not be written (a full disk, a closed pipe) is an
+// error, not exit 0 (inspect > /dev/full, diff --json > /dev/full, --help > /dev/full).
+int written(int rc) {
+  try {
+    mhc::flush_stdout();
+  } catch (const mhc::UserError& e) {
+    std::cerr << "mhc: error: " << e.what() << "\n";
+    return 2;
+  }
+  return rc;
+}
+
 // How many of `want` threads (this one among them) can start, at least 1.
 int startable_threads(int want) {
   std::vector<pthread_t> started;
@@ -140,7 +152,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
+    if (e.get_exit_code() == 0) return written(app.exit(e));  // --help, --version
     std::cerr << "mhc: error: " << mhc::one_line(e.what()) << " (see mhc --help)\n";
     return 2;
   } catch (const mhc::UserError& e) {
@@ -157,14 +169,7 @@ int main(int argc, char** argv) {
     std::cerr << "mhc: internal error: " << e.what() << "\n";
     return 3;
   }
-  // The report is the result: one that could not be written (a full disk, a closed pipe) is an
-  // error, not exit 0 (inspect > /dev/full, diff --json > /dev/full).
-  try {
-    mhc::flush_stdout();
-  } catch (const mhc::UserError& e) {
-    std::cerr << "mhc: error: " << e.what() << "\n";
-    return 2;
-  }
+  rc = written(rc);
   if (mhc::write_left_file_open()) std::_Exit(rc);  // past libhdf5's shutdown, which would loop on that file
   return rc;
 }
