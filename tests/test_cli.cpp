@@ -172,6 +172,23 @@ TEST_SUITE("cli") {
     CAPTURE(kept.err);
     CHECK(kept.rc == 2);
     CHECK(test::read_bytes(dumped) == "old dump");
+    // ... and the other way round: a --dump-diff file that cannot be moved into place (created
+    // meanwhile without --force; a directory put there meanwhile under --force) leaves no new
+    // report, and an old one as it was
+    const std::string report = b.dir + "/r.html";
+    std::filesystem::remove(dumped);
+    auto made = test::sh(test::mhc(cat("diff 'exec:cp ", b.out, " {out}; echo x > ", dumped, " # {in}' ", b.out, " --dump-diff ",
+                                       dumped, " --report ", report)));
+    CAPTURE(made.err);
+    CHECK(made.rc == 2);
+    CHECK(made.err.find("exists (created meanwhile by another process?)") != std::string::npos);
+    CHECK(!std::filesystem::exists(report));
+    std::ofstream(report) << "old report";
+    auto dir = test::sh(test::mhc(cat("diff 'exec:cp ", b.out, " {out}; rm ", dumped, "; mkdir ", dumped, " # {in}' ", b.out,
+                                      " --force --dump-diff ", dumped, " --report ", report)));
+    CAPTURE(dir.err);
+    CHECK(dir.rc == 2);
+    CHECK(test::read_bytes(report) == "old report");
     for (auto& e : std::filesystem::directory_iterator(b.dir))
       CHECK(e.path().filename().string().find(".tmp") == std::string::npos);  // no temporary file left
   }

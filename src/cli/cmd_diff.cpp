@@ -302,11 +302,14 @@ void add_diff(CLI::App& app, int& rc) {
                 << report_table(rep, colour);
     }
     flush_stdout();  // before the files: a report that cannot be printed leaves none of them
-    // both or neither: the --dump-diff file, finished, is moved into place only once the --report
-    // is written (a report that failed had left an old dump replaced under --force; review B,
-    // sessions 22 and 23)
+    // both or neither: the --dump-diff file, finished, waits for the --report to be written, which
+    // is moved into place only once the dump could be too (a report that failed had left an old
+    // dump replaced under --force; review B, sessions 22 and 23)
     auto write_report = [&] {
-      if (!o->report.empty()) save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)), o->force);
+      if (!o->report.empty())
+        save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)), o->force, [&] {
+          if (!o->dump.empty()) check_commit(o->dump, o->force);
+        });
     };
     if (o->dump.empty())
       write_report();

@@ -1204,13 +1204,14 @@ void save_tensors(const std::string& path, const std::vector<std::pair<std::stri
       before_commit);
 }
 
-void save_text(const std::string& path, const std::string& text, bool replace) {
+void save_text(const std::string& path, const std::string& text, bool replace, const std::function<void()>& before_commit) {
   OutputFile out(path, replace);
   FILE* f = fdopen(out.create(), "wb");
   if (!f) fail(path, ": cannot write: ", std::strerror(errno));
   bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
   ok = std::fclose(f) == 0 && ok;
   if (!ok) fail(path, ": cannot write: ", std::strerror(errno));
+  if (before_commit) before_commit();
   out.commit();
 }
 

@@ -133,8 +133,10 @@ class CaseWriter {
 void save_tensors(const std::string& path, const std::vector<std::pair<std::string, Tensor>>& datasets, bool replace,
                   const std::function<void()>& before_commit = nullptr);
 
-// Writes a text file (an HTML report) the same way: temporary file, then rename.
-void save_text(const std::string& path, const std::string& text, bool replace);
+// Writes a text file (an HTML report) the same way: temporary file, then rename (before_commit
+// as in save_tensors).
+void save_text(const std::string& path, const std::string& text, bool replace,
+               const std::function<void()>& before_commit = nullptr);
 
 // A dataset as stored, for `inspect`; names non-float types too.
 struct DatasetInfo {

@@ -126,6 +126,14 @@ void check_output_path(const std::string& path, const std::string& in, bool forc
   unlink(probe.c_str());
 }
 
+void check_commit(const std::string& path, bool replace) {
+  const std::string out = target_of(path);
+  refuse_special(out);
+  refuse_read_file(out);
+  struct stat st;
+  if (!replace && lstat(out.c_str(), &st) == 0) fail(out, ": exists (created meanwhile by another process?); use --force to replace it");
+}
+
 OutputFile::OutputFile(const std::string& path, bool replace)
     : path_(target_of(path)), temp_(temp_path(path_)), replace_(replace) {
   if (temp_.size() >= sizeof g_temp[0])
@@ -168,8 +176,7 @@ void OutputFile::commit() {
   struct stat st;
   if (ino_ == 0 || lstat(temp_.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_dev != dev_ || st.st_ino != ino_)
     fail(path_, ": the temporary file ", temp_, " was removed or replaced while it was written; nothing written");
-  refuse_special(path_);
-  refuse_read_file(path_);
+  check_commit(path_, replace_);
   int rc;
   if (replace_) {
     rc = rename(temp_.c_str(), path_.c_str());

@@ -18,6 +18,10 @@ void check_output_path(const std::string& out, const std::string& in, bool force
 // storage): no output may replace it (check_output_path, OutputFile::commit).
 void note_read_file(const std::string& path);
 
+// What moving a finished file into place at path would refuse, checked now: an output that
+// waits on another one's commit (diff's --report, --dump-diff) checks the other's first.
+void check_commit(const std::string& path, bool replace);
+
 class OutputFile {
  public:
   OutputFile(const std::string& path, bool replace);  // claims the temporary file's name
