@@ -604,12 +604,41 @@ TEST_SUITE("cli") {
     // there kept literal quotes (and a TMPDIR holding $(..) ran); now it is "$MHC_IN" (review B,
     // session 22). A parent that ignores SIGCHLD (passed on to mhc): the kernel reaped the
     // command itself and mhc failed "No child processes" (review B, session 22)
-    for (const char* quoting : {"\"{in}\" \"{out}\"", "\"$(echo {in})\" '{out}'", "\"$(realpath \"{in}\")\" \"{out}\""}) {
+    // An apostrophe in a comment made the scan take the rest for '...', where the path was pasted
+    // as text: a TMPDIR holding $(..) ran (review B, session 24). Comments are skipped now, and
+    // inside '...' the path is '"$MHC_IN"'
+    const std::string evil = b.dir + "/$(touch " + b.dir + "/PWNED)";
+    std::filesystem::create_directories(evil);
+    for (const char* quoting : {"\"{in}\" \"{out}\"", "\"$(echo {in})\" '{out}'", "\"$(realpath \"{in}\")\" \"{out}\"",
+                                "'{in}' '{out}'", "x'{in}'y {out} # then a word\n", "\"{in}\" {out} # the kernel's dump\ntrue {out}"}) {
       CAPTURE(quoting);
       const std::string q = std::string(MHC_BIN) + " run -q " + quoting;
-      auto qr = test::sh(test::mhc(cat("run -q --force --backend ", test::shell_quote("exec:" + q), " ", b.in, " ", b.out)));
-      CHECK(qr.rc == 0);
+      for (const std::string& tmp : {std::string(), evil}) {
+        auto qr = test::sh((tmp.empty() ? "" : "TMPDIR=" + test::shell_quote(tmp) + " ") +
+                           test::mhc(cat("run -q --force --backend ", test::shell_quote("exec:" + q), " ", b.in, " ", b.out)));
+        CAPTURE(qr.err);
+        CHECK(!std::filesystem::exists(b.dir + "/PWNED"));
+        // x'/tmp/..'y: no such file, as with any shell; inside $( .. ) an unquoted $MHC_IN is split
+        // at the space of the evil TMPDIR (an error, not code)
+        const std::string qs = quoting;
+        if (qs.rfind("x'", 0) == 0)
+          CHECK(qr.rc == 2);
+        else if (tmp.empty() || qs.find("$(") == std::string::npos)
+          CHECK(qr.rc == 0);
+      }
     }
+    auto commented = test::sh("TMPDIR=" + test::shell_quote(evil) + " " +
+                              test::mhc(cat("run -q --force --backend ", test::shell_quote("exec:true # the kernel's dump\ncp " + b.out + " {out} # {in}"),
+                                            " ", b.in, " ", b.out)));
+    CAPTURE(commented.err);
+    CHECK(commented.rc == 0);
+    CHECK(!std::filesystem::exists(b.dir + "/PWNED"));
+    // stdin is /dev/null: a command that read it (the terminal: input(), a breakpoint) was stopped
+    // by SIGTTIN, and mhc waited out --timeout (review B, session 24)
+    auto stdin_null = test::sh("echo typed | " + test::mhc(cat("run -q --force --backend ", test::shell_quote(cat(
+                          "exec:[ \"$(readlink /proc/$$/fd/0)\" = /dev/null ] && cp ", b.out, " {out} # {in}")), " ", b.in, " ", b.dir, "/stdin.h5")));
+    CAPTURE(stdin_null.err);
+    CHECK(stdin_null.rc == 0);
     auto ig = test::sh("env --ignore-signal=CHLD " + test::mhc("run -q --force --backend 'exec:" + self + "' " + b.in + " " + b.out));
     CAPTURE(ig.err);
     CHECK(ig.rc == 0);

@@ -329,6 +329,15 @@ TEST_SUITE("hostile") {
     CHECK(r.rc == 2);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
     CHECK(r.err.find(bad + ": corrupt HDF5 structure") != std::string::npos);
+    // a name with a newline: still one line (it was written raw; review B, session 24)
+    Hostile nl("segv_name");
+    const std::string odd = nl.dir + "/evil\nname.h5";
+    std::filesystem::copy_file(bad, odd, std::filesystem::copy_options::overwrite_existing);
+    auto o = test::sh(test::mhc("inspect " + test::shell_quote(odd)));
+    CAPTURE(o.err);
+    CHECK(o.rc == 2);
+    CHECK(std::count(o.err.begin(), o.err.end(), '\n') == 1);
+    CHECK(o.err.find("evil\\nname.h5: corrupt HDF5 structure") != std::string::npos);
     // a SIGSEGV sent from outside, inside a read or not, is not the file's fault: killed as before
     Hostile h("segv");
     save_case(h.in, generate_case(parse_shape("4096,4,2048"), 4, true));

@@ -26,26 +26,31 @@ std::string replace_all(std::string s, const std::string& from, const std::strin
   return s;
 }
 
-// COMMAND with {in} and {out} replaced for where each stands: inside '...' by the path, escaped
-// for that quoting; elsewhere by the variables MHC_IN and MHC_OUT (set for the command), "quoted"
-// outside quotes. The shell expands a variable's value without reading it as code: a path
-// written into the command had been, inside "$( .. "{in}" .. )", where this scan cannot follow the
-// shell's quoting (literal quotes in the name, and a TMPDIR holding $(..) ran; review B, session 22).
-std::string substitute(const std::string& command, const std::string& in, const std::string& out) {
+// COMMAND with {in} and {out} replaced by the variables MHC_IN and MHC_OUT (set for the command):
+// "quoted" outside quotes, bare inside "...", and inside '...' as '"$MHC_IN"', which closes the
+// quote around the variable, so that the word holds the path itself (python3 -c '..."{in}"...').
+// The shell expands a variable's value without reading it as code: a path written into the
+// command had been, where this scan cannot follow the shell's quoting (inside "$( .. "{in}" .. )",
+// review B, session 22; after an apostrophe in a comment, review B, session 24: a TMPDIR holding
+// $(..) ran). A scan that is wrong now breaks the command's quoting, never runs a path. Comments
+// (# at a word's start, outside quotes) are copied as they are.
+std::string substitute(const std::string& command) {
   std::string r;
   char quote = 0;  // the quoting the scan is inside: 0, '\'' or '"'
   for (size_t i = 0; i < command.size();) {
     const bool is_in = command.compare(i, 4, "{in}") == 0, is_out = command.compare(i, 5, "{out}") == 0;
     if (is_in || is_out) {
       const char* var = is_in ? "$MHC_IN" : "$MHC_OUT";
-      if (quote == '\'')
-        for (char ch : is_in ? in : out) r += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-      else
-        r += quote == 0 ? cat("\"", var, "\"") : std::string(var);
+      r += quote == '\'' ? cat("'\"", var, "\"'") : quote == 0 ? cat("\"", var, "\"") : std::string(var);
       i += is_in ? 4 : 5;
       continue;
     }
     const char ch = command[i];
+    if (quote == 0 && ch == '#' && (i == 0 || std::strchr(" \t\n;&|()", command[i - 1]))) {  // a comment, to the line's end
+      const size_t end = std::min(command.find('\n', i), command.size());
+      r += command.substr(i, end - i), i = end;
+      continue;
+    }
     if (ch == '\\' && quote != '\'' && i + 1 < command.size()) {  // an escaped character: no quote
       r += command.substr(i, 2), i += 2;
       continue;
@@ -141,9 +146,9 @@ bool exited(pid_t pid, const std::string& shown) {
 }
 
 // Runs `command` through /bin/sh in a process group of its own (the shell, the program and
-// anything they start), its stdout joined to mhc's stderr (mhc's stdout stays its report);
-// fails on a non-zero exit, a signal or a timeout. Whatever of the group is still running
-// when the shell ends or times out is killed: nothing the command started outlives it.
+// anything they start), its stdout joined to mhc's stderr (mhc's stdout stays its report), its
+// stdin /dev/null; fails on a non-zero exit, a signal or a timeout. Whatever of the group is
+// still running when the shell ends or times out is killed: nothing the command started outlives it.
 void run_command(const std::string& shown, const std::string& command, double timeout) {
   std::fflush(nullptr);
   // Termination signals wait until the group is registered for the handler (and, in the
@@ -157,6 +162,10 @@ void run_command(const std::string& shown, const std::string& command, double ti
     default_termination_signals();
     pthread_sigmask(SIG_SETMASK, &old, nullptr);
     dup2(2, 1);
+    // stdin from /dev/null: the group is never the terminal's foreground, so a command that read
+    // the terminal (input(), a breakpoint) was stopped by SIGTTIN and mhc waited out --timeout
+    // (review B, session 24); now it reads end of file
+    if (int null = open("/dev/null", O_RDONLY | O_CLOEXEC); null >= 0) dup2(null, 0);
     execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
@@ -217,7 +226,7 @@ void exec_run(const BackendSpec& spec, Case& c, Pass pass, bool) {
   save_case(in, inputs);
   if (setenv("MHC_IN", in.c_str(), 1) != 0 || setenv("MHC_OUT", out.c_str(), 1) != 0)
     fail("exec: cannot set MHC_IN and MHC_OUT for '", command, "' (", std::strerror(errno), ")");
-  run_command(command, substitute(command, in, out), spec.timeout);
+  run_command(command, substitute(command), spec.timeout);
   std::error_code ec;  // a loop of links at {out}, or a directory made unreadable: not an internal error
   const bool wrote = std::filesystem::exists(out, ec);
   if (ec) fail("exec: cannot read {out} after '", command, "' ran: ", ec.message());

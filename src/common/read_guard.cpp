@@ -5,6 +5,7 @@
 #include <atomic>
 #include <csignal>
 
+#include "error.h"
 #include "output_file.h"
 
 namespace mhc {
@@ -39,7 +40,7 @@ void on_crash(int sig, siginfo_t* info, void*) {
 
 }  // namespace
 
-ReadingFile::ReadingFile(const std::string& path) : outer_(g_reading.exchange(path.c_str())) {}
+ReadingFile::ReadingFile(const std::string& path) : shown_(one_line(path)), outer_(g_reading.exchange(shown_.c_str())) {}
 ReadingFile::~ReadingFile() { g_reading.store(outer_); }
 
 void report_crashes_in_reads() {

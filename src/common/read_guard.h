@@ -9,8 +9,8 @@
 
 namespace mhc {
 
-// Marks, for its lifetime, that HDF5 is reading `path` (which must outlive it). Nests: the
-// innermost file is the one named.
+// Marks, for its lifetime, that HDF5 is reading `path`. Nests: the innermost file is the one
+// named (one_line: a name with a newline had made the message two lines; review B, session 24).
 class ReadingFile {
  public:
   explicit ReadingFile(const std::string& path);
@@ -19,6 +19,7 @@ class ReadingFile {
   ReadingFile& operator=(const ReadingFile&) = delete;
 
  private:
+  std::string shown_;
   const char* outer_;
 };
 

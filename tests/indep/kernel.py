@@ -52,6 +52,7 @@ FORWARD = ["inv_rms", "h_mix", "h_pre", "h_post", "h_res", "h_in"]
 BACKWARD = ["dh_pre", "dh_mix", "dinv_rms", "dvecX", "dx", "dphi", "dalpha", "dbias", "dgamma"]
 ORDERS = ["seq", "rev", "tile64", "tile256", "splitk", "blas"]
 SPLITS = 4  # split-K partials of --order splitk
+BUG_ULPS = 64  # hres_ulps' bias (--bug-ulps)
 BUGS = {
     "tail_tile": "h_mix drops the last partial K tile of 64 columns (K % 64 != 0)",
     "gamma_fwd": "h_mix ignores gamma (the backward still uses it)",
@@ -67,6 +68,7 @@ BUGS = {
     "hmix_1e4": "h_mix 1e-4 too large (relative), the stages after it computed from it",
     "inv_tok0_1e3": "inv_rms of token 0 1e-3 too large (relative), the stages after it computed from it",
     "hmix_tok3_1e3": "h_mix of token 3 1e-3 too large (relative), the stages after it computed from it",
+    "hres_ulps": "h_res too large by --bug-ulps fp32 ulps (x (1 + U 2^-23); U = 64 is about its limit at K = 4096)",
     "dalpha_sign": "dalpha[1] has its sign flipped",
     "n6_index": "n = 6 only: h_post reads its columns of h_mix one to the right (an index bug for one n)",
     "fixed_eps": "norm_eps and hc_eps fixed at 1e-6, the file's attributes ignored",
@@ -214,6 +216,8 @@ def forward(inp, order, gemm, bug, norm_first=False):
     h_pre = s_pre + inp["hc_eps"]
     h_post = 2 * s_post
     h_res = (t[:, 2 * n:] * alpha[2] + bias[2 * n:]).reshape(T, n, n)
+    if bug == "hres_ulps":
+        h_res = h_res * (1 + BUG_ULPS * 2.0 ** -23)
 
     h_in = ordered_sum(order, [h_pre.t(), x.transpose(0, 1)], lambda a, b: (a[:, :, None], b),
                        lambda: torch.bmm(h_pre[:, None, :], x)[:, 0])  # [T,D]
@@ -368,6 +372,7 @@ def parse_args(argv):
     p.add_argument("--order", choices=ORDERS, default="seq")
     p.add_argument("--gemm", choices=["fp32", "tf32", "bf16"], default="fp32")
     p.add_argument("--bug", choices=sorted(BUGS), default=None)
+    p.add_argument("--bug-ulps", type=float, default=64, help="the size of hres_ulps' bias, in fp32 ulps")
     p.add_argument("--norm-first", action="store_true", help="the gates from (x inv_rms) w^T, not h_mix inv_rms")
     p.add_argument("--dx", choices=["dvecX", "fused", "textbook"], default="dvecX",
                    help="dx from dvecX*gamma (default), from dh_mix (phi*gamma) (gamma folded into the weights), "
@@ -383,6 +388,8 @@ def parse_args(argv):
 
 def main(argv):
     args = parse_args(argv)
+    global BUG_ULPS
+    BUG_ULPS = args.bug_ulps
     torch.set_num_threads(1)  # small ops dominate: one thread is faster than two, and robust under load
     inp, tok = read_inputs(args.input)
     if args.bug == "fixed_eps":

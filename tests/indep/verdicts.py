@@ -79,6 +79,7 @@ class Case:
     diff: list = field(default_factory=list)  # more diff options
     checks: list = field(default_factory=list)  # callables (rc, report) -> problem or None
     other_input: bool = False  # diff with --input of another seed's case
+    calibrate: str = ""  # a stage: the kernel's --bug-ulps sized so that its error is 1.02-1.3x its limit
 
 
 # ---------------------------------------------------------------- checks: (rc, report) -> problem | None
@@ -326,6 +327,13 @@ def bug_cases(quick):
         cases.append(Case(f"bug {bug} (seq) {shape}", shape, ["--order", "seq", "--bug", bug],
                           checks=[exit_is(1), field_is("verdict", "diverged"), first_is(stage), root_has(stage),
                                   none_diverged_but(stage, *known)]))
+    # a bias just over its limit (1.02-1.3x: the size calibrated on the case, run_case), which the
+    # replay from the kernel's own inputs allowed up to the whole stage's limit: it was "computed
+    # correctly from them", ok (review A, session 24: 64 ulps at 256,4,1024, 1.22x)
+    for shape in ("256,4,1024", "2,128,4,512", "300,2,1024"):
+        cases.append(Case(f"bug hres_ulps (seq) {shape}", shape, ["--order", "seq", "--bug", "hres_ulps"],
+                          checks=[exit_is(1), field_is("verdict", "diverged"), first_is("h_res"), root_has("h_res")],
+                          calibrate="h_res"))
     return cases
 
 
@@ -394,6 +402,7 @@ class Runner:
         shapes = list(dict.fromkeys(c.shape for c in all_cases(quick=False)))
         self.shape_seed = {s: seed + i for i, s in enumerate(shapes)}  # the same with --quick/--only
         self.files = {}
+        self.used = {}  # case name -> the kernel options of its dump, where run_case sized them (calibrate)
 
     def seed_of(self, shape):
         return self.shape_seed[shape]
@@ -465,7 +474,7 @@ class Runner:
     def case_keys(self, case):
         """Keys of the files a case uses: its dump, its inputs (and the other seed's)."""
         seed = self.seed_of(case.shape)
-        return [(case.shape, tuple(case.kernel)), (case.shape, seed), (case.shape, seed + 1000)]
+        return [(case.shape, tuple(self.used.get(case.name, case.kernel))), (case.shape, seed), (case.shape, seed + 1000)]
 
     def release(self, keys, keep):
         """Deletes the files of these keys, except paths in keep."""
@@ -494,14 +503,33 @@ class Runner:
         return rc, report, None, cmd, stderr
 
 
+def error_ratio(report, name):
+    t = (stage_of(report, name) or {}).get("tolerance") or {}
+    return t["error"] / t["limit"] if t.get("limit") else None
+
+
 def run_case(runner, case):
     """Returns the list of problems of one case (empty: it passed)."""
-    out, problem = runner.dump(case.shape, case.kernel)
-    if problem:
-        return [problem], None
-    rc, report, problem, cmd, stderr = runner.diff(case, out)
-    if problem:
-        return [problem], cmd
+    ulps = 64.0
+    for attempt in range(6 if case.calibrate else 1):
+        kernel = case.kernel + (["--bug-ulps", f"{ulps:.4g}"] if case.calibrate else [])
+        out, problem = runner.dump(case.shape, kernel)
+        if problem:
+            return [problem], None
+        rc, report, problem, cmd, stderr = runner.diff(case, out)
+        if problem:
+            return [problem], cmd
+        ratio = error_ratio(report, case.calibrate) if case.calibrate and report else None
+        if not case.calibrate or (ratio is not None and 1.02 < ratio < 1.3):
+            runner.used[case.name] = kernel
+            break
+        if ratio is None or ratio <= 0:
+            return [f"calibration: no error/limit of {case.calibrate} in the report"], cmd
+        runner.release([(case.shape, tuple(kernel))], set())
+        ulps *= 1.15 / ratio
+    else:
+        runner.used[case.name] = kernel
+        return [f"calibration: {case.calibrate}'s error/limit {ratio:.3g} at {ulps:.4g} ulps, not in 1.02-1.3"], cmd
     problems = list(dict.fromkeys(p for p in (check(rc, report) for check in [contract] + case.checks) if p))
     if problems and report is not None and report.get("summary"):
         problems.append(f"summary: {report['summary']}")
