@@ -217,6 +217,53 @@ TEST_SUITE("hostile") {
     }
   }
 
+  // The moments between a short-lived file's creation and its registration for the handler, hit
+  // with strace's signal injection at the system call that creates it (every one in turn): the
+  // output path's probe, the exec: directory and its availability probe (review B, session 24:
+  // a random signal left one about 1 run in 60)
+  TEST_CASE("a termination signal at any creation of a file or directory leaves none of them (strace -e inject)") {
+    Hostile h("inject");
+    REQUIRE(test::sh("command -v strace").rc == 0);  // .ci/deps installs it
+    REQUIRE(test::sh(test::mhc("run -q " + h.in + " " + h.dir + "/ref.h5")).rc == 0);
+    std::filesystem::create_directories(h.dir + "/tmp");
+    auto run = [&](const std::string& strace) {
+      return cat("TMPDIR=", h.dir, "/tmp strace -f ", strace, " ",
+                 test::mhc(cat("run -q --backend 'exec:cp ", h.dir, "/ref.h5 {out} # {in}' ", h.in, " ", h.out)));
+    };
+    REQUIRE(test::sh(run(cat("-o ", h.dir, "/trace.txt -e trace=openat,mkdir"))).rc == 0);
+    std::filesystem::remove(h.out);
+    // the calls that create the output's probe and temporary file (openat), and the directories
+    // (mkdir: exec's availability probe and its working directory): their numbers among mhc's calls of their kind
+    std::vector<std::pair<std::string, int>> at;
+    {
+      std::ifstream trace(h.dir + "/trace.txt");
+      int opens = 0, mkdirs = 0;
+      std::string pid;  // strace counts the calls of each process apart: mhc's own, the first pid
+      for (std::string line; std::getline(trace, line);) {
+        if (pid.empty()) pid = line.substr(0, line.find(' ') + 1);
+        if (line.rfind(pid, 0) != 0) continue;
+        if (line.find("openat(") != std::string::npos && ++opens && line.find("/.out.h5.tmp") != std::string::npos)
+          at.emplace_back("openat", opens);
+        if (line.find("mkdir(") != std::string::npos && ++mkdirs && line.find("mhc-exec-") != std::string::npos)
+          at.emplace_back("mkdir", mkdirs);
+      }
+    }
+    REQUIRE(at.size() >= 4);  // the probe, the temporary file, and exec's two directories
+    for (const auto& [call_name, number] : at) {
+      const std::string call = call_name;
+      const int n = number;
+      auto r = test::sh(run(cat("-o /dev/null -e trace=", call, " -e inject=", call, ":signal=SIGTERM:when=", n)));
+      CAPTURE(call);
+      CAPTURE(n);
+      CAPTURE(r.err);
+      CHECK(r.rc == 128 + SIGTERM);
+      CHECK(std::filesystem::is_empty(h.dir + "/tmp"));
+      for (auto& e : std::filesystem::directory_iterator(h.dir))
+        CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+      std::filesystem::remove(h.out);
+    }
+  }
+
   TEST_CASE("a write past the file-size limit (EFBIG): one line, status 2, no temporary file, no crash at exit") {
     Hostile h("efbig");
     auto r = test::sh("ulimit -f 200; " + test::mhc("gen --shape 256,4,1024 " + h.out));

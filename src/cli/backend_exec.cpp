@@ -92,6 +92,17 @@ void cleanup() {
   if (g_have_dir) remove_tree(AT_FDCWD, g_dir, 0);
 }
 
+// Termination signals held back for its lifetime: a directory made and then registered for the
+// handler (or removed again) is never left between the two by a signal (review B, session 24).
+struct HoldSignals {
+  sigset_t old;
+  HoldSignals() {
+    const sigset_t term = termination_signals();
+    pthread_sigmask(SIG_BLOCK, &term, &old);
+  }
+  ~HoldSignals() { pthread_sigmask(SIG_SETMASK, &old, nullptr); }
+};
+
 // A new directory $TMPDIR/mhc-exec-XXXXXX (/tmp without TMPDIR) in `path`: "" when made, else why not.
 std::string make_temp_dir(std::string& path) {
   const char* base = std::getenv("TMPDIR");
@@ -116,6 +127,7 @@ void open_up(const std::filesystem::path& dir, int depth = 0) {
 struct TempDir {
   std::string path;
   TempDir() {
+    HoldSignals held;
     if (std::string why = make_temp_dir(path); !why.empty()) fail("exec: ", why);
     MHC_CHECK(path.size() < sizeof g_dir && !g_have_dir, "one exec command at a time");
     std::memcpy(g_dir, path.c_str(), path.size() + 1);
@@ -259,6 +271,7 @@ Backend exec_backend() {
            "exec:'python3 kernel.py {in} {out}'";
   };
   b.unavailable = [] {  // checked once before a command runs: check counted a bad TMPDIR as every case failing
+    HoldSignals held;
     std::string path, why = make_temp_dir(path);
     if (why.empty()) rmdir(path.c_str());
     return why;

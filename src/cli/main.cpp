@@ -87,9 +87,35 @@ const char* const kOutOfMemory =
   std::_Exit(rc);
 }
 
+// Set when main returns: an exit() before that is a library's, not mhc's. libgomp calls exit(1)
+// when it cannot start its threads (OMP_STACKSIZE below the minimum or beyond what memory
+// allows), which diff means as "diverged" (review B, session 24): one line and exit 2 instead.
+std::atomic<bool> g_returned{false};
+void on_library_exit() {
+  if (g_returned) return;
+  mhc::remove_temp_now();
+  static const char line[] =
+      "mhc: error: a library ended the process before it finished (the OpenMP runtime could not start its threads? "
+      "see OMP_STACKSIZE, OMP_NUM_THREADS, ulimit -u and -v)\n";
+  const ssize_t written = write(2, line, sizeof line - 1);
+  (void)written;
+  std::_Exit(2);
+}
+
+int run_main(int argc, char** argv);
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::atexit(on_library_exit);
+  const int rc = run_main(argc, argv);
+  g_returned = true;
+  return rc;
+}
+
+namespace {
+
+int run_main(int argc, char** argv) {
   std::set_terminate(on_terminate);
   CLI::App app{"mhc: golden CPU backend, CUDA backend and stage-by-stage diff for the mHC pre operator"};
   app.set_version_flag("--version", mhc::version_string());
@@ -173,3 +199,5 @@ int main(int argc, char** argv) {
   if (mhc::write_left_file_open()) std::_Exit(rc);  // past libhdf5's shutdown, which would loop on that file
   return rc;
 }
+
+}  // namespace

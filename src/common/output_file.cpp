@@ -33,6 +33,21 @@ void (*volatile g_cleanup)() = nullptr;
 // SIGPROF and SIGVTALRM, a sampling profiler's timers.
 constexpr int kTermSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGUSR1, SIGUSR2, SIGALRM, SIGQUIT, SIGXCPU, SIGPWR, SIGSTKFLT};
 
+// Records `temp` for the signal handler: its slot, or -1 where none is free or the name is too long.
+int claim_slot(const std::string& temp) {
+  if (temp.size() >= sizeof g_temp[0]) return -1;
+  for (int i = 0; i < kTempSlots; ++i)
+    if (!g_have_temp[i]) {
+      std::memcpy(g_temp[i], temp.c_str(), temp.size() + 1);
+      g_have_temp[i] = 1;
+      return i;
+    }
+  return -1;
+}
+void release_slot(int slot) {
+  if (slot >= 0) g_have_temp[slot] = 0;
+}
+
 void on_signal(int sig) {
   remove_temp_now();
   _exit(128 + sig);
@@ -119,11 +134,15 @@ void check_output_path(const std::string& path, const std::string& in, bool forc
   const std::string name = out.substr(out.rfind('/') + 1);
   if (const long most = pathconf(dir.c_str(), _PC_NAME_MAX); most > 0 && name.size() > size_t(most))
     fail(out.substr(0, 80), "...: the file name is ", name.size(), " bytes long, more than the ", most, " its file system allows");
-  std::string probe = temp_path(out);
+  // the probe, a file of a moment, is known to the signal handler as an output's temporary file is
+  // (a signal between its creation and its removal left it; review B, session 24)
+  const std::string probe = temp_path(out);
+  const int slot = claim_slot(probe);
   int fd = open(probe.c_str(), O_CREAT | O_EXCL | O_WRONLY, 0644);
-  if (fd < 0) fail(out, ": cannot create files in ", dir, ": ", std::strerror(errno));
-  close(fd);
-  unlink(probe.c_str());
+  const int err = errno;
+  if (fd >= 0) close(fd), unlink(probe.c_str());
+  release_slot(slot);
+  if (fd < 0) fail(out, ": cannot create files in ", dir, ": ", std::strerror(err));
 }
 
 void check_commit(const std::string& path, bool replace) {
@@ -139,15 +158,13 @@ OutputFile::OutputFile(const std::string& path, bool replace)
   if (temp_.size() >= sizeof g_temp[0])
     fail(path_, ": the temporary file's name beside it would be ", temp_.size(), " bytes long, more than ",
          sizeof g_temp[0] - 1, "; choose a shorter output path");
-  while (slot_ < kTempSlots && g_have_temp[slot_]) ++slot_;
-  MHC_CHECK(slot_ < kTempSlots, "at most ", kTempSlots, " outputs at a time");
-  std::memcpy(g_temp[slot_], temp_.c_str(), temp_.size() + 1);
-  g_have_temp[slot_] = 1;
+  slot_ = claim_slot(temp_);
+  MHC_CHECK(slot_ >= 0, "at most ", kTempSlots, " outputs at a time");
 }
 
 OutputFile::~OutputFile() {
   if (!committed_ && (ino_ != 0 || creating_)) unlink(temp_.c_str());  // only what this process created
-  g_have_temp[slot_] = 0;
+  release_slot(slot_);
 }
 
 int OutputFile::create() {
