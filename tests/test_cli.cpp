@@ -213,6 +213,19 @@ TEST_SUITE("cli") {
     CHECK(!c.has("dx"));
   }
 
+  TEST_CASE("diff: a bf16 stage of A that is not on the bf16 grid is said to be unchecked for rounding") {
+    // an fp32 accumulator dumped as h_in (here the fp64 oracle's, which keeps h_in and dx unrounded)
+    // passed by the ulp budget without a word (review A, session 24); a rounded one has no such note
+    auto r = test::sh(test::mhc("diff cpu:fp64 cpu --shape 64,4,64 --json"));
+    CHECK(r.rc == 0);
+    for (const char* name : {"\"h_in\"", "\"dx\""}) {
+      const size_t at = r.out.find(cat("\"name\": ", name));
+      REQUIRE(at != std::string::npos);
+      CHECK(r.out.substr(at, r.out.find('}', at) - at).find("not bf16 (stored unrounded?)") != std::string::npos);
+    }
+    CHECK(test::sh(test::mhc("diff cpu cpu:fp64 --shape 64,4,64")).out.find("not bf16") == std::string::npos);
+  }
+
   TEST_CASE("usage errors, --help with examples, --version") {
     auto r = test::sh(test::mhc("run --backend tpu a.h5 b.h5"));
     CHECK(r.rc == 2);
@@ -693,6 +706,16 @@ TEST_SUITE("cli") {
     CHECK(r.rc == 1);
     CHECK(r.out.find("21 cases: 14 passed, 7 failed") != std::string::npos);
     CHECK(r.out.find("all 7 failures have SPLITS = 2") != std::string::npos);
+    CHECK(r.out.find("passing cases)") == std::string::npos);  // SPLITS = 2 separates them: no count
+    // a trait that passing cases have too is named with how many (review A, session 24): a kernel
+    // failing n6 (64,6,64) and bs2x300 (2,300,4,64), whose D = 64 two passing cases share
+    const std::string picky = test::tmpdir("check_picky") + "/picky.sh";
+    std::ofstream(picky) << "/usr/bin/python3 -c \"import h5py, sys; s = h5py.File(sys.argv[1])['inputs/x'].shape; "
+                            "sys.exit(1 if s[-1] == 64 and s != (64, 4, 64) else 0)\" \"$1\" && " << MHC_BIN << " run -q \"$1\" \"$2\"\n";
+    auto pk = test::sh(test::mhc("check 'exec:sh " + picky + " {in} {out}' --cases quick --against cpu"));
+    INFO(pk.out, pk.err);
+    CHECK(pk.rc == 1);
+    CHECK(pk.out.find("all 2 failures have D = 64 (as do 2 of the 5 passing cases)") != std::string::npos);
     CHECK(r.out.find("n6@SPLITS=2") != std::string::npos);
     CHECK(test::sh(test::mhc("check cpu --vary SPLITS")).rc == 2);
     // an in-process backend reads its environment once: --vary changed nothing and said nothing

@@ -112,6 +112,7 @@ TEST_SUITE("diff") {
     DiffReport r = p.diff();
     expect_root(r, "dgamma");
     CHECK(find(r, "dgamma").nan_a == 1);
+    CHECK(std::isinf(find(r, "dgamma").rel_l2));  // it was the finite elements' alone (review A, session 24)
   }
 
   TEST_CASE("dvecX wrong, dx and dgamma consistent with it: dx inherited from dvecX") {

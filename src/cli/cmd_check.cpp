@@ -192,6 +192,7 @@ std::vector<std::string> shared_by_failures(const std::vector<Outcome>& all) {
   std::vector<Trait> traits = {
       {"n·D % 64 ≠ 0 (a partial K tile)", [](const CheckCase& c) { return c.prob().K() % 64 != 0; }},
       {"T > 256 (a second token tile)", [](const CheckCase& c) { return c.prob().T() > 256; }},
+      {"T % 64 ≠ 0 (a partial token tile)", [](const CheckCase& c) { return c.prob().T() % 64 != 0; }},
       {"T ≤ 256", [](const CheckCase& c) { return c.prob().T() <= 256; }},
       {"the [B,S] layout", [](const CheckCase& c) { return c.prob().tokens.size() == 2; }},
       {"no gamma (all ones)", [](const CheckCase& c) { return c.no_gamma; }},
@@ -238,9 +239,13 @@ std::vector<std::string> shared_by_failures(const std::vector<Outcome>& all) {
       if (!o.passed) out.push_back(cat("one case failed, ", o.c->name, ": passing cases share each of its traits"));
     return out;
   }
+  // a trait that passing cases have too is named with how many: "all 4 failures have gradients"
+  // beside 9 passing cases with gradients pointed the wrong way (review A, session 24)
+  const int passed = int(all.size()) - failed;
   for (auto& [pass_with, text] : found)
     if (out.size() < 3 && pass_with == found.front().first)
-      out.push_back(cat(failed == 1 ? "the failure has " : cat("all ", failed, " failures have "), text));
+      out.push_back(cat(failed == 1 ? "the failure has " : cat("all ", failed, " failures have "), text,
+                        pass_with ? cat(" (as do ", pass_with, " of the ", passed, " passing cases)") : std::string()));
   return out;
 }
 

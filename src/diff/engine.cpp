@@ -238,6 +238,8 @@ StageReport measure(const std::string& name, const Tensor& a, const Tensor& b, s
           if (d != kInf && std::isfinite(y)) {  // not NaN against NaN, nor equal infinities
             p.num += d * d, p.den += y * y;
             if (y != 0) p.max_rel = std::max(p.max_rel, d / std::fabs(y));
+          } else if (d == kInf && std::isfinite(y)) {  // A's NaN or Inf against a finite B: rel_l2 inf (it was
+            p.num = kInf, p.max_rel = kInf;           // the finite elements' alone; review A, session 24)
           }
           if (d > p.worst) p.worst = d, p.worst_i = i;
           err[size_t(i)] = d == kInf ? kInf : scaled(i, d, y);
