@@ -264,6 +264,19 @@ TEST_SUITE("hostile") {
     }
   }
 
+  TEST_CASE("SIGTERM while an exec: command holds a tree 40 levels deep in its directory: nothing left") {
+    // the handler's removal stopped at 16 levels and left the whole directory (review B, session 24)
+    Hostile h("deep_tree");
+    std::filesystem::create_directories(h.dir + "/tmp");
+    std::string deep;
+    for (int i = 0; i < 40; ++i) deep += "/d";
+    const std::string cmd = cat("exec:mkdir -p \"$(dirname {out})\"", deep, " && touch ", h.dir, "/ready && sleep 30 # {in}");
+    auto r = test::sh(cat("TMPDIR=", h.dir, "/tmp ", test::mhc(cat("run -q --backend ", test::shell_quote(cmd), " ", h.in, " ", h.out)),
+                          " & p=$!; for i in $(seq 200); do [ -e ", h.dir, "/ready ] && break; sleep 0.05; done; kill -TERM $p; wait $p; echo $?"));
+    CHECK(std::stoi(r.out) == 128 + SIGTERM);
+    CHECK(std::filesystem::is_empty(h.dir + "/tmp"));
+  }
+
   TEST_CASE("a write past the file-size limit (EFBIG): one line, status 2, no temporary file, no crash at exit") {
     Hostile h("efbig");
     auto r = test::sh("ulimit -f 200; " + test::mhc("gen --shape 256,4,1024 " + h.out));
@@ -436,6 +449,11 @@ TEST_SUITE("hostile") {
       Hostile m(std::string("eps_misplaced_") + (at[1] ? "x" : "root"));
       m.edit(std::string(at) + ".attrs['hc_eps'] = 0.25");
       m.expect_error("run " + m.in + " " + m.out, {"attribute hc_eps would be ignored here", "on /inputs only"});
+    }
+    for (const char* group : {"forward", "backward"}) {  // a dump's eps there: ignored in silence (review A, session 24)
+      Hostile m(std::string("eps_misplaced_") + group);
+      m.edit(cat("f.require_group('", group, "').attrs['norm_eps'] = 0.25"));
+      m.expect_error("diff " + m.in + " cpu", {cat("/", group, ": attribute norm_eps would be ignored here")});
     }
     // review B, session 23: gamma in a subgroup ran with gamma = 1, an eps on a subgroup or named
     // eps / rms_eps with the defaults
