@@ -696,6 +696,19 @@ TEST_SUITE("cli") {
     CHECK(t.rc == 2);
     CHECK(t.err.find("cannot create a temporary directory in TMPDIR=" + dir + "/missing") != std::string::npos);
     CHECK(t.out.find("FAIL") == std::string::npos);
+    // --keep onto a directory that takes no files (a read-only mount): one line before the sweep,
+    // not libhdf5's errno text at every failing case (review B, session 24)
+    const std::string ro = dir + "/ro";
+    std::filesystem::create_directories(ro);
+    if (test::sh("mount -t tmpfs -o ro tmpfs " + ro + " 2>/dev/null").rc != 0) {
+      MESSAGE("not checked: --keep on a read-only directory (cannot mount a tmpfs here)");
+    } else {
+      auto k = test::sh(test::mhc("check cpu --cases quick --keep " + ro));
+      test::sh("umount " + ro);
+      CHECK(k.rc == 2);
+      CHECK(k.err.find("--keep " + ro + ": no file can be written there (" + ro + ": Read-only file system)") != std::string::npos);
+      CHECK(k.out.find("FAIL") == std::string::npos);
+    }
   }
 
   TEST_CASE("check --vary: a kernel wrong at one split count only is named by it") {

@@ -339,6 +339,15 @@ void add_check(CLI::App& app, int& rc) {
       fail("--keep ", o->keep, ": exists and is not a directory");
     if (std::error_code ec; !o->keep.empty() && (std::filesystem::create_directories(o->keep, ec), ec))
       fail("--keep ", o->keep, ": cannot create the directory: ", ec.message());
+    // a directory that exists but takes no files (read-only): said once, before the sweep, not as
+    // libhdf5's errno line at every failing case (review B, session 24)
+    if (!o->keep.empty()) try {
+        check_output_path(cat(o->keep, "/.mhc-keep-probe"), "", false);
+      } catch (const UserError& e) {
+        const std::string why = e.what(), at = ": cannot create files in ";
+        fail("--keep ", o->keep, ": no file can be written there",
+             why.find(at) != std::string::npos ? cat(" (", why.substr(why.find(at) + at.size()), ")") : cat(" (", why, ")"));
+      }
     if (!o->json)
       std::printf("mhc check %s against %s: %zu case%s (%s)\n", backend.str().c_str(), against.str().c_str(), cases.size(),
                   cases.size() == 1 ? "" : "s", o->cases.c_str());
