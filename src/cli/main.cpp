@@ -11,6 +11,7 @@
 #include <exception>
 #include <cstdio>
 #include <cstdlib>
+#include <cctype>
 #include <cstring>
 #include <iostream>
 #include <string>
@@ -104,6 +105,26 @@ void on_library_exit() {
 
 int run_main(int argc, char** argv);
 
+// OMP_STACKSIZE or GOMP_STACKSIZE below what mhc's threads need (Eigen's blocks on the stack):
+// libgomp failed to start them (exit 1, "diverged") or, under AddressSanitizer, started them
+// and they overflowed. "" where neither is set, too small or readable (libgomp then decides).
+std::string stack_too_small() {
+  constexpr double kMinStack = 1 << 20;
+  for (const char* name : {"OMP_STACKSIZE", "GOMP_STACKSIZE"}) {
+    const char* v = std::getenv(name);
+    if (!v) continue;
+    char* end = nullptr;
+    const double n = std::strtod(v, &end);
+    if (end == v || !(n >= 0)) continue;
+    while (*end == ' ') ++end;
+    const char u = char(std::tolower(static_cast<unsigned char>(*end)));
+    const double unit = u == 'b' ? 1 : u == 'm' ? 1 << 20 : u == 'g' ? 1 << 30 : 1024;  // K without a suffix
+    if ((u == 0 || std::strchr("bkmg", u)) && n * unit < kMinStack)
+      return mhc::cat(name, "=", mhc::one_line(v), " is too small for mhc's OpenMP threads (at least 1M; unset it for libgomp's default)");
+  }
+  return "";
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,6 +171,10 @@ int run_main(int argc, char** argv) {
   // Under a limit on processes (ulimit -u, a cgroup's pids.max) libgomp could not start its
   // threads and ended mhc with status 1, "diverged" to diff (review B, session 22): as many as
   // can start here, each started and joined once, is the count. Any count gives the same bits.
+  if (const std::string small = stack_too_small(); !small.empty()) {
+    std::cerr << "mhc: error: " << small << "\n";
+    return 2;
+  }
   if (const int can = startable_threads(omp_get_max_threads()); can < omp_get_max_threads()) omp_set_num_threads(can);
   // A parent that ignores SIGCHLD passes that on, and the kernel then reaps an exec command
   // itself: mhc could not wait for it ("No child processes").
