@@ -450,11 +450,7 @@ TEST_SUITE("hostile") {
       m.edit(std::string(at) + ".attrs['hc_eps'] = 0.25");
       m.expect_error("run " + m.in + " " + m.out, {"attribute hc_eps would be ignored here", "on /inputs only"});
     }
-    for (const char* group : {"forward", "backward"}) {  // a dump's eps there: ignored in silence (review A, session 24)
-      Hostile m(std::string("eps_misplaced_") + group);
-      m.edit(cat("f.require_group('", group, "').attrs['norm_eps'] = 0.25"));
-      m.expect_error("diff " + m.in + " cpu", {cat("/", group, ": attribute norm_eps would be ignored here")});
-    }
+
     // review B, session 23: gamma in a subgroup ran with gamma = 1, an eps on a subgroup or named
     // eps / rms_eps with the defaults
     Hostile sg("input_subgroup");

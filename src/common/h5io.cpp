@@ -645,8 +645,7 @@ void check_input_names(const H5::H5File& f, const std::string& file) {
   }
 }
 
-// norm_eps or hc_eps on /, on an input dataset (h5py's f.attrs, x.attrs) or on /forward or
-// /backward ran with the defaults.
+// norm_eps or hc_eps on / or on an input dataset (h5py's f.attrs, x.attrs) ran with the defaults.
 // Called once the inputs were opened safely (an external link into a FIFO is refused before
 // anything here opens it).
 void check_eps_placement(const H5::H5File& f, const std::string& file) {
@@ -656,8 +655,7 @@ void check_eps_placement(const H5::H5File& f, const std::string& file) {
     return 1;
   };
   std::string off;
-  // (/forward and /backward too: a dump's eps there was ignored without a word; review A, session 24)
-  for (const char* at : {"/", "/inputs/x", "/inputs/phi", "/inputs/alpha", "/inputs/bias", "/inputs/gamma", "/forward", "/backward"}) {
+  for (const char* at : {"/", "/inputs/x", "/inputs/phi", "/inputs/alpha", "/inputs/bias", "/inputs/gamma"}) {
     const bool root = at[1] == '\0';
     H5L_info_t li;
     if (!root && (!link_exists(f, file, at) || H5Lget_info(f.getId(), at, &li, H5P_DEFAULT) < 0 || li.type != H5L_TYPE_HARD))
