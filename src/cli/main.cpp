@@ -61,6 +61,14 @@ const char* const kOutOfMemory =
     "mhc: error: out of memory: this command needs more than the process may allocate (ulimit -v, a "
     "container's limit, other processes); MHC_MAX_MEMORY=BYTES makes streamed commands use less\n";
 
+// The temporary output removed, `line` on stderr, exit status rc, no exit handlers.
+[[noreturn]] void die(const std::string& line, int rc) {
+  mhc::remove_temp_now();
+  const ssize_t written = write(2, line.data(), line.size());  // where stderr is gone, the status still tells
+  (void)written;
+  std::_Exit(rc);
+}
+
 // An exception that leaves an OpenMP region (a worker thread's buffer under ulimit -v) ends in
 // std::terminate: it aborted (exit 134) and left the temporary output (review B, session 23).
 // Handled as main() handles it on its own thread: one line, the temporary file removed, exit 2
@@ -81,11 +89,8 @@ const char* const kOutOfMemory =
     line = std::string("mhc: internal error: ") + e.what() + "\n";
   } catch (...) {
   }
-  mhc::remove_temp_now();
   std::fflush(stdout);
-  const ssize_t written = write(2, line.data(), line.size());  // where stderr is gone, the status still tells
-  (void)written;
-  std::_Exit(rc);
+  die(line, rc);
 }
 
 // Set when main returns: an exit() before that is a library's, not mhc's. libgomp calls exit(1)
@@ -94,20 +99,15 @@ const char* const kOutOfMemory =
 std::atomic<bool> g_returned{false};
 void on_library_exit() {
   if (g_returned) return;
-  mhc::remove_temp_now();
-  static const char line[] =
-      "mhc: error: a library ended the process before it finished (the OpenMP runtime could not start its threads? "
-      "see OMP_STACKSIZE, OMP_NUM_THREADS, ulimit -u and -v)\n";
-  const ssize_t written = write(2, line, sizeof line - 1);
-  (void)written;
-  std::_Exit(2);
+  die("mhc: error: a library ended the process before it finished (the OpenMP runtime could not start its threads? "
+      "see OMP_STACKSIZE, OMP_NUM_THREADS, ulimit -u and -v)\n", 2);
 }
 
 int run_main(int argc, char** argv);
 
 // OMP_STACKSIZE or GOMP_STACKSIZE below what mhc's threads need (Eigen's blocks on the stack):
 // libgomp failed to start them (exit 1, "diverged") or, under AddressSanitizer, started them
-// and they overflowed. "" where neither is set, too small or readable (libgomp then decides).
+// and they overflowed. "" where neither is set too small (unset or unreadable: libgomp decides).
 std::string stack_too_small() {
   constexpr double kMinStack = 1 << 20;
   for (const char* name : {"OMP_STACKSIZE", "GOMP_STACKSIZE"}) {
