@@ -99,7 +99,7 @@ TEST_SUITE("diff") {
       }
       if (one_off) a.data<bf16>()[1].bits ^= 1;  // one value off a tie not the fp32 value's rounding
       std::vector<uint8_t> bad;
-      return check_rounding(a, exact, fp32, Tensor{}, Tensor{}, 0.01, m, bad);
+      return check_rounding(a, exact, {}, fp32, Tensor{}, Tensor{}, 0.01, m, bad);
     };
     // 25 ties in 2^21 values: about as many as chance gives an fp32 stage (one in 2^17, so 16)
     Rounding ok = judge(int64_t(1) << 21, 87381, false), up = judge(int64_t(1) << 21, 87381, true);
@@ -131,7 +131,7 @@ TEST_SUITE("diff") {
         if (flips && i % (n / flips) == 0 && i / (n / flips) < flips) a.data<bf16>()[i].bits += 1;
       }
       std::vector<uint8_t> bad;
-      Rounding r = check_rounding(a, exact, fp32, Tensor{}, Tensor{}, 0.001, n, bad);
+      Rounding r = check_rounding(a, exact, {}, fp32, Tensor{}, Tensor{}, 0.001, n, bad);
       CHECK(r.unexplained == flips);
       return r.reason;
     };
@@ -159,7 +159,7 @@ TEST_SUITE("diff") {
           a.data<bf16>()[i].bits -= 1;  // toward zero, into the binade below
       }
       std::vector<uint8_t> bad;
-      return check_rounding(a, exact, fp32, Tensor{}, Tensor{}, 0.001, n, bad);
+      return check_rounding(a, exact, {}, fp32, Tensor{}, Tensor{}, 0.001, n, bad);
     };
     Rounding two = tiny(4096, 2048, false);
     CHECK(two.unexplained == 2);
@@ -191,7 +191,7 @@ TEST_SUITE("diff") {
         a.data<bf16>()[i] = truncated(i) ? bf16{uint16_t(std::bit_cast<uint32_t>(float(noisy[size_t(i)])) >> 16)}
                                          : double_to_bf16(noisy[size_t(i)]);
       std::vector<uint8_t> bad;
-      Rounding r = check_rounding(a, exact, fp32, Tensor{}, Tensor{}, 1.7, L, bad);
+      Rounding r = check_rounding(a, exact, {}, fp32, Tensor{}, Tensor{}, 1.7, L, bad);
       CHECK(r.unexplained == 0);
       return r.reason;
     };
@@ -199,6 +199,24 @@ TEST_SUITE("diff") {
     CHECK(judge([](int64_t) { return true; }).rfind("truncation: over all 262144 elements", 0) == 0);
     CHECK(judge([](int64_t i) { return i / L == 37; }).rfind("truncation: in 1 token (token 37: 4096 elements)", 0) == 0);
     CHECK(judge([](int64_t i) { return i % L == 100; }).empty());  // a place in 64 tokens: too few to tell (~300)
+    // A formed from another correct value than the replay's: token 20 scaled by 1 + 2^-8 (a bf16
+    // GEMM's error coherent over a token, where A's dx does not read the dvecX it dumped): it
+    // leans 0.5..1 ulp from `exact`, not from the alternative replay; a truncated token leans from
+    // both (engine.cpp, gemm_replays)
+    Tensor other = exact;
+    for (int64_t i = 20 * L; i < 21 * L; ++i) other.data<double>()[i] *= 1 + 0x1p-8;
+    auto judge_other = [&](std::vector<Tensor> alternatives, int64_t truncated_token) {
+      Tensor a({n}, DType::bf16);
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = other.at(i) + (noisy[size_t(i)] - exact.at(i));
+        a.data<bf16>()[i] = i / L == truncated_token ? bf16{uint16_t(std::bit_cast<uint32_t>(float(v)) >> 16)} : double_to_bf16(v);
+      }
+      std::vector<uint8_t> bad;
+      return check_rounding(a, exact, alternatives, fp32, Tensor{}, Tensor{}, 1.7, L, bad).reason;
+    };
+    CHECK(judge_other({}, -1).rfind("rounding away from zero: in 1 token (token 20: 4096 elements)", 0) == 0);
+    CHECK(judge_other({other}, -1).empty());
+    CHECK(judge_other({other}, 37).rfind("truncation: in 1 token (token 37: 4096 elements)", 0) == 0);
     // exact values crowded on one side of their interval (h_pre = 1 + hc_eps at n = 1: bf16 x
     // times 1.002 lies 0.26..0.51 of a step above x), rounded to nearest even: u leans (most
     // round down), its departure from nearest-even does not, and nothing is named
@@ -210,7 +228,7 @@ TEST_SUITE("diff") {
       a.data<bf16>()[i] = double_to_bf16(x * 1.002);
     }
     std::vector<uint8_t> bad;
-    Rounding r = check_rounding(a, crowd, crowd32, Tensor{}, Tensor{}, 0.001, L, bad);
+    Rounding r = check_rounding(a, crowd, {}, crowd32, Tensor{}, Tensor{}, 0.001, L, bad);
     CHECK(r.lean_all.a.u / r.lean_all.a.n < -0.2);
     CHECK(r.reason.empty());
   }

@@ -28,6 +28,9 @@ struct Arith {
   Arith(Precision p = Precision::fp32, bool pl = false, Operands o = Operands::exact) : prec(p), plain(pl), operands(o) {}
 };
 
+// t's values in float32, each as a GEMM reading operands `o` reads it (any shape).
+Tensor as_operand(const Tensor& t, Operands o);
+
 // Computes stage `name` from its dependencies in `in` (any float dtype; converted as needed).
 Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in, Arith arith);
 // The same into `out`, reusing its memory when its shape and dtype already fit.

@@ -542,6 +542,14 @@ template <class R> void compute(const std::string& s, const Problem& p, const Te
 
 }  // namespace
 
+Tensor as_operand(const Tensor& t, Operands o) {
+  Tensor r(t.shape, DType::f32);
+  float* p = r.data<float>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < t.size(); ++i) p[i] = operand(float(t.at(i)), o);
+  return r;
+}
+
 void cpu_stage_into(const std::string& name, const Problem& p, const TensorMap& in, Arith a, Tensor& out) {
   const Stage& s = stage(name);
   MHC_CHECK(!a.plain || a.prec == Precision::fp32, "plain evaluations are fp32");

@@ -295,14 +295,55 @@ void keep(StageReport& r, const std::vector<double>& err, std::vector<uint8_t>& 
   for (int64_t i = 0; i < b.size(); ++i) r.elem_diff[size_t(i)] = float(a.at(i) - b.at(i));
 }
 
+// Whether B holds stage d in the schema's shape.
+bool b_fits(const Case& b, const char* d) {
+  return b.has(d) && (stage(d).group == Group::inputs || b.get(d).shape == stage_shape(stage(d), b.prob));
+}
+
 // Stage `name` recomputed in fp64 from B's own upstream tensors (the oracle's where B lacks one).
 Tensor replay_in_b(const std::string& name, const Case& b, References& refs, Arith arith = Precision::fp64) {
   TensorMap deps;
-  for (const char* d : stage(name).deps) {
-    const bool fits = b.has(d) && (stage(d).group == Group::inputs || b.get(d).shape == stage_shape(stage(d), b.prob));
-    deps[d] = fits ? b.get(d) : refs.oracle().get(d);
-  }
+  for (const char* d : stage(name).deps) deps[d] = b_fits(b, d) ? b.get(d) : refs.oracle().get(d);
   return cpu_stage(name, b.prob, deps, arith);
+}
+
+// Whether stage d is a GEMM with phi (h_mix, dvecX).
+bool reads_phi(const char* d) {
+  const std::vector<const char*>& up = stage(d).deps;
+  return std::any_of(up.begin(), up.end(), [](const char* u) { return std::string_view(u) == "phi"; });
+}
+
+// The other fp64 replays of stage `name` whose rounding a correct kernel of class c (TF32, bf16)
+// may dump (check_rounding's alternatives): each upstream GEMM with phi (dvecX, for dx) made
+// again from its operands as held (where the side holds it: else the replay does so already),
+// and from them rounded as the class's GEMM reads them. A kernel may form dx without its dumped
+// dvecX (gamma in its weights, the norm's textbook backward) or dump none, and its GEMM's error
+// is coherent over a token (the rounding of the token's N dh_mix values scales its dvecX): a
+// correct bf16 kernel's token leaned 0.33 ulp from the replay through the dumped dvecX (1 seed
+// in 25; session 24), and as far from the one through an exact dvecX where it dumped none.
+// value(d): the side's value of d, as the replay reads it; held(d): whether the side holds d.
+std::vector<Tensor> gemm_replays(const std::string& name, const Problem& p, Accuracy c,
+                                 const std::function<const Tensor&(const char*)>& value,
+                                 const std::function<bool(const char*)>& held) {
+  std::vector<Tensor> out;
+  const std::vector<const char*>& deps = stage(name).deps;
+  if (c == Accuracy::fp32 || std::none_of(deps.begin(), deps.end(), reads_phi)) return out;
+  const Operands o = plain_arith(c).operands;
+  for (bool rounded : {false, true}) {
+    if (!rounded && std::none_of(deps.begin(), deps.end(), [&](const char* d) { return reads_phi(d) && held(d); })) continue;
+    TensorMap in;
+    for (const char* d : deps) {
+      if (!reads_phi(d)) {
+        in[d] = value(d);
+        continue;
+      }
+      TensorMap ops;
+      for (const char* u : stage(d).deps) ops[u] = rounded ? as_operand(value(u), o) : value(u);
+      in[d] = cpu_stage(d, p, ops, Precision::fp64);
+    }
+    out.push_back(cpu_stage(name, p, in, Precision::fp64));
+  }
+  return out;
 }
 
 // B's largest error against the oracle o over its own limit (own(i): element i's limit without
@@ -480,10 +521,7 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
     // dvecX passed under --accept tf32 (review E, session 22). The lean (rounding.cpp) still tells
     // a truncation where tau explains every flip.
     auto fused_plain = [&](Accuracy c) {
-      return plain_from(s.name, c, [&](const char* d) {
-        const std::vector<const char*>& up = stage(d).deps;
-        return a_provides(d) && std::none_of(up.begin(), up.end(), [](const char* u) { return std::string_view(u) == "phi"; });
-      });
+      return plain_from(s.name, c, [&](const char* d) { return a_provides(d) && !reads_phi(d); });
     };
     std::map<Accuracy, Rounding> rounding;
     Tensor fp32_value;
@@ -492,10 +530,13 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       if (!bf) return true;
       if (!rounding.count(c)) {
         if (fp32_value.bytes.empty()) fp32_value = recompute(s.name, plain_arith(Accuracy::fp32));
+        const std::vector<Tensor> alternatives = gemm_replays(
+            s.name, a.prob, c, [&](const char* d) -> const Tensor& { return value_in_a(d); },
+            [&](const char* d) { return a_provides(d); });
         auto judge = [&](const Tensor& plain) {
           const double tau = opt.budget_factor * max_error(plain, o, uo, false) + kTieFloorUlp;
-          rounding[c] = check_rounding(ta, replay(s.name), fp32_value, plain, o, tau, ta.size() / std::max<int64_t>(tokens, 1),
-                                       unexplained[c]);
+          rounding[c] = check_rounding(ta, replay(s.name), alternatives, fp32_value, plain, o, tau,
+                                       ta.size() / std::max<int64_t>(tokens, 1), unexplained[c]);
         };
         judge(local_plain(s.name, c));
         if (c != Accuracy::fp32 && rounding[c].other_values) judge(fused_plain(c));
@@ -611,7 +652,11 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       const Tensor& plain = refs.plain(opt.accept).get(s.name);
       const double tau = opt.budget_factor * max_error(plain, o, uo, false) + kTieFloorUlp;
       std::vector<uint8_t> unused;
-      r.reference_rounding = check_rounding(tb, replay_in_b(s.name, b, refs),
+      const std::vector<Tensor> alternatives = gemm_replays(
+          s.name, b.prob, opt.accept,
+          [&](const char* d) -> const Tensor& { return b_fits(b, d) ? b.get(d) : refs.oracle().get(d); },
+          [&](const char* d) { return b_fits(b, d); });
+      r.reference_rounding = check_rounding(tb, replay_in_b(s.name, b, refs), alternatives,
                                             replay_in_b(s.name, b, refs, plain_arith(Accuracy::fp32)), plain, o, tau,
                                             tb.size() / std::max<int64_t>(tokens, 1), unused);
     }

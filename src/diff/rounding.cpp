@@ -80,19 +80,43 @@ void add(Rounding::Lean& g, const LeanElem& q) { g.n += 1, g.u += q.u, g.u2 += q
 // group counts an exact value once where it repeats the one before it along the group's axis
 // (along both for the whole and the bands): one near-tie flip of a token copied to 768 others
 // leaned its column, and a constant row would lean its token (review E, session 22).
-void measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, const Tensor& fp32, const Tensor& plain,
-                  const Tensor& oracle, double rms, int64_t row, std::vector<uint8_t>& bad) {
-  const int64_t n = a.size(), L = row > 0 && n % row == 0 ? row : std::max<int64_t>(n, 1), rows = n / L;
+// Rows of `row` elements (the whole tensor where row does not divide it).
+int64_t row_length(int64_t n, int64_t row) { return row > 0 && n % row == 0 ? row : std::max<int64_t>(n, 1); }
+
+// Whether element i counts in the lean (measure_lean).
+bool lean_counts(const Tensor& a, const Tensor& exact, const Tensor& fp32, double rms, int64_t i) {
+  const double v = a.at(i), e = exact.at(i);
+  return std::isfinite(v) && std::isfinite(e) && e != 0 &&
+         std::fabs(fp32.at(i) - e) <= kLeanNoise * bf16_ulp(std::max(std::fabs(e), rms * kUlpFloor));
+}
+
+// How far A's tokens lean from `replay`: the sum over rows of the square of their mean u, over the
+// elements that count. Rows summed in parallel, then in order.
+double token_lean(const Tensor& a, const Tensor& replay, const Tensor& exact, const Tensor& fp32, double rms, int64_t row) {
+  const int64_t L = row_length(a.size(), row), rows = a.size() / L;
+  std::vector<double> sq(static_cast<size_t>(rows), 0.0);
+#pragma omp parallel for schedule(static)
+  for (int64_t t = 0; t < rows; ++t) {
+    double n = 0, u = 0;
+    for (int64_t i = t * L; i < (t + 1) * L; ++i)
+      if (lean_counts(a, exact, fp32, rms, i) && replay.at(i) != 0 && std::isfinite(replay.at(i)))
+        n += 1, u += lean_elem(a.at(i), replay.at(i), rms).u;
+    if (n > 0) sq[size_t(t)] = (u / n) * (u / n);
+  }
+  double s = 0;
+  for (double v : sq) s += v;
+  return s;
+}
+
+void measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, const Tensor& lean_exact, const Tensor& fp32,
+                  const Tensor& plain, const Tensor& oracle, double rms, int64_t row, std::vector<uint8_t>& bad) {
+  const int64_t n = a.size(), L = row_length(n, row), rows = n / L;
   constexpr int B = Rounding::kBands;
   const bool with_null = !plain.bytes.empty() && !oracle.bytes.empty() && plain.size() == n && oracle.size() == n;
   const double rms_o = with_null ? finite_rms(oracle) : 0;
-  auto counts = [&](int64_t i) {
-    const double v = a.at(i), e = exact.at(i);
-    return std::isfinite(v) && std::isfinite(e) && e != 0 &&
-           std::fabs(fp32.at(i) - e) <= kLeanNoise * bf16_ulp(std::max(std::fabs(e), rms * kUlpFloor));
-  };
+  auto counts = [&](int64_t i) { return lean_counts(a, exact, fp32, rms, i) && std::isfinite(lean_exact.at(i)) && lean_exact.at(i) != 0; };
   auto elem = [&](int64_t i, Rounding::Group& into, Rounding::Group* band) {
-    const LeanElem q = lean_elem(a.at(i), exact.at(i), rms);
+    const LeanElem q = lean_elem(a.at(i), lean_exact.at(i), rms);
     ::mhc::add(into.a, q);
     if (band) ::mhc::add(band[q.band].a, q);
     const double o = with_null ? oracle.at(i) : 0, v = with_null ? as_bf16(plain.at(i)) : 0;
@@ -133,10 +157,10 @@ void measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, const Tenso
   if (!any) return;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
-    const double v = a.at(i), rounded = as_bf16(exact.at(i));
+    const double v = a.at(i), rounded = as_bf16(lean_exact.at(i));
     if (v == rounded || !counts(i)) continue;
     const int way = std::fabs(v) > std::fabs(rounded) ? 1 : -1;
-    const int k = lean_elem(v, exact.at(i), rms).band;
+    const int k = lean_elem(v, lean_exact.at(i), rms).band;
     if (all == way || band[k] == way || row_sign[size_t(i / L)] == way || col[size_t(i % L)] == way) bad[size_t(i)] = 1;
   }
 }
@@ -179,8 +203,8 @@ bool bf16_valued(const Tensor& a) {
   return wider == 0;
 }
 
-Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32, const Tensor& plain,
-                        const Tensor& oracle, double tau, int64_t row, std::vector<uint8_t>& bad) {
+Rounding check_rounding(const Tensor& a, const Tensor& exact, const std::vector<Tensor>& alternatives, const Tensor& fp32,
+                        const Tensor& plain, const Tensor& oracle, double tau, int64_t row, std::vector<uint8_t>& bad) {
   Rounding r;
   bad.assign(size_t(a.size()), 0);
   if (!bf16_valued(a)) return r;  // not rounded to bf16: nothing to check
@@ -228,7 +252,13 @@ Rounding check_rounding(const Tensor& a, const Tensor& exact, const Tensor& fp32
   r.ties = ties, r.ties_not_even = not_even, r.off_fp32 = off_fp32, r.differ = differ, r.unexplained = unexplained;
   r.toward = toward, r.away = away, r.widest = widest, r.widest_unit = widest_unit, r.elements = n;
   for (double b : bias) r.bias_sum += b;
-  measure_lean(r, a, exact, fp32, plain, oracle, rms, row, bad);
+  const Tensor* lean_exact = &exact;  // the replay A's tokens lean from least (the first such)
+  if (!alternatives.empty()) {
+    double least = token_lean(a, exact, exact, fp32, rms, row);
+    for (const Tensor& alt : alternatives)
+      if (const double l = token_lean(a, alt, exact, fp32, rms, row); l < least) least = l, lean_exact = &alt;
+  }
+  measure_lean(r, a, exact, *lean_exact, fp32, plain, oracle, rms, row, bad);
   explain(r);
   return r;
 }

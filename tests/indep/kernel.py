@@ -61,6 +61,7 @@ BUGS = {
     "trunc_h_in": "h_in rounded to bf16 by truncation",
     "double_h_in": "h_in rounded to TF32 (RNE) first, then to bf16 (RNE)",
     "trunc_dx": "dx rounded to bf16 by truncation",
+    "trunc_dx_tok": "dx of one token (token 5, or the last where T <= 5) rounded to bf16 by truncation",
     "dphi_half": "dphi summed over the first half of the tokens only",
     "dx_no_hpre": "dx misses the h_pre[i] dh_in[d] term",
     "rms_over_D": "inv_rms divides the sum of squares by D instead of n*D",
@@ -273,7 +274,10 @@ def backward(inp, fwd, aux, order, gemm, bug, dx_form="dvecX", dphi_form="after"
         dx = dvecX * gamma.reshape(1, K) + c[:, None] * v
     if bug != "dx_no_hpre":
         dx = dx + (h_pre[:, :, None] * dh_in[:, None, :]).reshape(T, K)
-    dx = (bf16_trunc(dx) if bug == "trunc_dx" else bf16_rne(dx)).reshape(T, n, D)
+    rounded = bf16_trunc(dx) if bug == "trunc_dx" else bf16_rne(dx)
+    if bug == "trunc_dx_tok":
+        rounded[min(5, T - 1)] = bf16_trunc(dx[min(5, T - 1)])
+    dx = rounded.reshape(T, n, D)
 
     t_used = T // 2 if bug == "dphi_half" else T
     if dphi_form == "xgamma":  # autograd's form: the GEMM reads x*gamma, rounded as its operand

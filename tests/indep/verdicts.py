@@ -281,6 +281,21 @@ def gemm_cases():
                           ["--gemm", gemm, "--bug", "trunc_dx", "--stages", nodvecx],
                           diff=["--accept", gemm], checks=[exit_is(1), first_is("dx"), root_has("dx"),
                                                            rounding_reason_has("dx", "trunc")]))
+    # a correct bf16 kernel whose dx is not formed from the dvecX it dumps (textbook, above), or
+    # that dumps none: its GEMM's error is coherent over a token (the rounding of the token's 24
+    # dh_mix values scales its dvecX), and the lean against the replay through the dumped or the
+    # exact dvecX called one token in ~25 "rounding away from zero" (session 24). One token's
+    # truncated dx must still be named, in every such form (the lean's replays, engine.cpp gemm_replays)
+    cases.append(Case(f"gemm bf16 without dvecX {s}, --accept bf16", s, ["--gemm", "bf16", "--stages", nodvecx],
+                      diff=["--accept", "bf16"], checks=[exit_is(0), field_is("verdict", "match")]))
+    for gemm, form, stages in (("bf16", "dvecX", nodvecx), ("bf16", "textbook", "all"), ("bf16", "dvecX", "all"),
+                               ("tf32", "fused", "all"), ("tf32", "dvecX", nodvecx)):
+        dumped = "without dvecX" if stages == nodvecx else "dx " + form
+        cases.append(Case(f"gemm {gemm} bug trunc_dx_tok {dumped} {s}, --accept {gemm}", s,
+                          ["--gemm", gemm, "--dx", form, "--bug", "trunc_dx_tok", "--stages", stages],
+                          diff=["--accept", gemm], checks=[exit_is(1), first_is("dx"), root_has("dx"),
+                                                           rounding_reason_has("dx", "trunc"),
+                                                           where_ranges("dx", "token", [[5, 5]])]))
     return cases
 
 
