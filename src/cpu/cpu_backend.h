@@ -28,8 +28,10 @@ struct Arith {
   Arith(Precision p = Precision::fp32, bool pl = false, Operands o = Operands::exact) : prec(p), plain(pl), operands(o) {}
 };
 
-// t's values in float32, each as a GEMM reading operands `o` reads it (any shape).
-Tensor as_operand(const Tensor& t, Operands o);
+// t's values as a GEMM reading operands `o` reads them (any shape; float64). With `scale`
+// (weights folded into the operand, gamma of phi*gamma): t[i] s rounded, then divided by s, s
+// the scale's element i mod its size (t[i] itself where s is 0).
+Tensor as_operand(const Tensor& t, Operands o, const Tensor* scale = nullptr);
 
 // Computes stage `name` from its dependencies in `in` (any float dtype; converted as needed).
 Tensor cpu_stage(const std::string& name, const Problem& p, const TensorMap& in, Arith arith);

@@ -542,11 +542,15 @@ template <class R> void compute(const std::string& s, const Problem& p, const Te
 
 }  // namespace
 
-Tensor as_operand(const Tensor& t, Operands o) {
-  Tensor r(t.shape, DType::f32);
-  float* p = r.data<float>();
+Tensor as_operand(const Tensor& t, Operands o, const Tensor* scale) {
+  Tensor r(t.shape, DType::f64);
+  double* p = r.data<double>();
+  const int64_t m = scale ? std::max<int64_t>(scale->size(), 1) : 1;
 #pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < t.size(); ++i) p[i] = operand(float(t.at(i)), o);
+  for (int64_t i = 0; i < t.size(); ++i) {
+    const double s = scale && scale->size() ? scale->at(i % m) : 1;
+    p[i] = s == 0 ? t.at(i) : double(operand(float(t.at(i) * s), o)) / s;
+  }
   return r;
 }
 

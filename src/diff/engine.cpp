@@ -315,35 +315,40 @@ bool reads_phi(const char* d) {
 
 // The other fp64 replays of stage `name` whose rounding a correct kernel of class c (TF32, bf16)
 // may dump (check_rounding's alternatives): each upstream GEMM with phi (dvecX, for dx) made
-// again from its operands as held (where the side holds it: else the replay does so already),
-// and from them rounded as the class's GEMM reads them. A kernel may form dx without its dumped
-// dvecX (gamma in its weights, the norm's textbook backward) or dump none, and its GEMM's error
-// is coherent over a token (the rounding of the token's N dh_mix values scales its dvecX): a
-// correct bf16 kernel's token leaned 0.33 ulp from the replay through the dumped dvecX (1 seed
-// in 25; session 24), and as far from the one through an exact dvecX where it dumped none.
-// value(d): the side's value of d, as the replay reads it; held(d): whether the side holds d.
-std::vector<Tensor> gemm_replays(const std::string& name, const Problem& p, Accuracy c,
-                                 const std::function<const Tensor&(const char*)>& value,
-                                 const std::function<bool(const char*)>& held) {
-  std::vector<Tensor> out;
+// again from its operands as the side holds them, each operand exact or rounded as the class's
+// GEMM reads it, and phi also as gamma-folded weights (phi*gamma rounded, then divided by gamma
+// again). A kernel may form dx without the dvecX it dumps (gamma in its weights, the norm's
+// textbook backward) or dump none, and its GEMM's error is coherent over a token (the rounding
+// of the token's N dh_mix values scales its dvecX) and over a column (phi's rounding): a correct
+// bf16 kernel's token leaned 0.33 ulp from the replay through the dumped dvecX (1 seed in 25;
+// session 24), and with gamma 1e3 and 1e-3 in turn a fused one's column 0.46 ulp from it.
+// value(d): the side's value of d, as the replay reads it (kept by the caller while the result is used).
+Alternatives gemm_replays(const std::string& name, const Problem& p, Accuracy c,
+                          std::function<const Tensor&(const char*)> value) {
   const std::vector<const char*>& deps = stage(name).deps;
-  if (c == Accuracy::fp32 || std::none_of(deps.begin(), deps.end(), reads_phi)) return out;
+  if (c == Accuracy::fp32 || std::none_of(deps.begin(), deps.end(), reads_phi)) return {};
   const Operands o = plain_arith(c).operands;
-  for (bool rounded : {false, true}) {
-    if (!rounded && std::none_of(deps.begin(), deps.end(), [&](const char* d) { return reads_phi(d) && held(d); })) continue;
-    TensorMap in;
-    for (const char* d : deps) {
-      if (!reads_phi(d)) {
-        in[d] = value(d);
-        continue;
-      }
-      TensorMap ops;
-      for (const char* u : stage(d).deps) ops[u] = rounded ? as_operand(value(u), o) : value(u);
-      in[d] = cpu_stage(d, p, ops, Precision::fp64);
-    }
-    out.push_back(cpu_stage(name, p, in, Precision::fp64));
-  }
-  return out;
+  // k = 2 w + r: phi exact, rounded, rounded as phi*gamma (w = 0, 1, 2); the other operand
+  // (dh_mix) exact or rounded (r = 0, 1)
+  return {6, [name, p, o, value = std::move(value)](int k) {
+            const int weights = k / 2;
+            const bool rounded = k % 2;
+            TensorMap in;
+            for (const char* d : stage(name).deps) {
+              if (!reads_phi(d)) {
+                in[d] = value(d);
+                continue;
+              }
+              TensorMap ops;
+              for (const char* u : stage(d).deps)
+                ops[u] = std::string_view(u) == "phi" ? (weights == 0   ? value(u)
+                                                         : weights == 1 ? as_operand(value(u), o)
+                                                                        : as_operand(value(u), o, &value("gamma")))
+                                                      : rounded ? as_operand(value(u), o) : value(u);
+              in[d] = cpu_stage(d, p, ops, Precision::fp64);
+            }
+            return cpu_stage(name, p, in, Precision::fp64);
+          }};
 }
 
 // B's largest error against the oracle o over its own limit (own(i): element i's limit without
@@ -530,9 +535,8 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       if (!bf) return true;
       if (!rounding.count(c)) {
         if (fp32_value.bytes.empty()) fp32_value = recompute(s.name, plain_arith(Accuracy::fp32));
-        const std::vector<Tensor> alternatives = gemm_replays(
-            s.name, a.prob, c, [&](const char* d) -> const Tensor& { return value_in_a(d); },
-            [&](const char* d) { return a_provides(d); });
+        const Alternatives alternatives =
+            gemm_replays(s.name, a.prob, c, [&](const char* d) -> const Tensor& { return value_in_a(d); });
         auto judge = [&](const Tensor& plain) {
           const double tau = opt.budget_factor * max_error(plain, o, uo, false) + kTieFloorUlp;
           rounding[c] = check_rounding(ta, replay(s.name), alternatives, fp32_value, plain, o, tau,
@@ -652,10 +656,9 @@ DiffReport diff_block(const Case& a, const Case& b, References& refs, const Diff
       const Tensor& plain = refs.plain(opt.accept).get(s.name);
       const double tau = opt.budget_factor * max_error(plain, o, uo, false) + kTieFloorUlp;
       std::vector<uint8_t> unused;
-      const std::vector<Tensor> alternatives = gemm_replays(
+      const Alternatives alternatives = gemm_replays(
           s.name, b.prob, opt.accept,
-          [&](const char* d) -> const Tensor& { return b_fits(b, d) ? b.get(d) : refs.oracle().get(d); },
-          [&](const char* d) { return b_fits(b, d); });
+          [&](const char* d) -> const Tensor& { return b_fits(b, d) ? b.get(d) : refs.oracle().get(d); });
       r.reference_rounding = check_rounding(tb, replay_in_b(s.name, b, refs), alternatives,
                                             replay_in_b(s.name, b, refs, plain_arith(Accuracy::fp32)), plain, o, tau,
                                             tb.size() / std::max<int64_t>(tokens, 1), unused);

@@ -2,6 +2,7 @@
 // kernel rounds it? (docs/diff.md, "Rounding")
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "diff.h"
@@ -23,15 +24,22 @@ constexpr double kTieFloorUlp = 1.0 / 1024;
 // judges only such values.
 bool bf16_valued(const Tensor& a);
 
+// Other fp64 replays of a stage that a correct kernel's values may be the rounding of
+// (engine.cpp, gemm_replays): `count` of them, made one at a time.
+struct Alternatives {
+  int count = 0;
+  std::function<Tensor(int)> make;
+};
+
 // a: A's stored values; exact: the stage recomputed in fp64 from A's own upstream tensors;
-// alternatives: other fp64 replays A's values may be the rounding of (engine.cpp, gemm_replays),
-// the lean measured against the one A's tokens lean from least, exact included; fp32: exact's
+// alternatives: the lean is measured against exact and each of them, and the one A leans from
+// least is kept (the least sum over rows and columns of (sum u)^2 / n); fp32: exact's
 // replay in fp32 and left unrounded, to find A's exact ties; tau: the largest error before
 // rounding the arithmetic explains, in ulps of `exact`; plain and oracle: the stage's plain
 // class-C evaluation and the fp64 oracle, the lean's null (empty tensors: none); row: elements
 // per token (the lean's rows and columns). Marks in `bad` the elements whose rounding nothing
 // explains.
-Rounding check_rounding(const Tensor& a, const Tensor& exact, const std::vector<Tensor>& alternatives, const Tensor& fp32,
+Rounding check_rounding(const Tensor& a, const Tensor& exact, const Alternatives& alternatives, const Tensor& fp32,
                         const Tensor& plain, const Tensor& oracle, double tau, int64_t row, std::vector<uint8_t>& bad);
 
 // Sets bias_ulp and the reason from the counts (also of counts added up over token blocks).

@@ -296,6 +296,18 @@ def gemm_cases():
                           diff=["--accept", gemm], checks=[exit_is(1), first_is("dx"), root_has("dx"),
                                                            rounding_reason_has("dx", "trunc"),
                                                            where_ranges("dx", "token", [[5, 5]])]))
+    # gamma 1e3 and 1e-3 in turn (@gamma): dx is nearly all dvecX gamma where gamma is 1e3, and a
+    # fused kernel's GEMM error (phi's rounding, coherent over a column) leaned a place in the row
+    # 0.46 ulp from the replay through the dumped dvecX; the textbook one's per-token scalar
+    # cancels, its tokens' leans spread (rms 0.08 ulp) and one leaned 0.33 (session 25)
+    g = "512,2,1024@gamma"
+    for form in ("dvecX", "fused", "textbook"):
+        cases.append(Case(f"gemm bf16 dx {form} {g}, --accept bf16", g, ["--gemm", "bf16", "--dx", form],
+                          diff=["--accept", "bf16"], checks=[exit_is(0), field_is("verdict", "match")]))
+    cases.append(Case(f"gemm bf16 bug trunc_dx_tok dx fused {g}, --accept bf16", g,
+                      ["--gemm", "bf16", "--dx", "fused", "--bug", "trunc_dx_tok"], diff=["--accept", "bf16"],
+                      checks=[exit_is(1), first_is("dx"), root_has("dx"), rounding_reason_has("dx", "trunc"),
+                              where_ranges("dx", "token", [[5, 5]])]))
     return cases
 
 
@@ -473,6 +485,13 @@ class Runner:
         if fresh and made[1] is None and edit == "nodhin":  # dh_in = 0: at K = 1 dx is all cancellation
             with h5py.File(path, "r+") as f:
                 f["inputs/dh_in"][...] = 0
+        if fresh and made[1] is None and edit == "gamma":  # gamma times 1e3 and 1e-3 in turn along K
+            with h5py.File(path, "r+") as f:
+                g = f["inputs/gamma"][()]
+                flat = g.reshape(-1)
+                flat[0::2] *= 1e3
+                flat[1::2] *= 1e-3
+                f["inputs/gamma"][...] = flat.reshape(g.shape)
         if fresh and made[1] is None and edit == "eps2":
             with h5py.File(path, "r+") as f:
                 f["inputs"].attrs["hc_eps"] = 1e-2
