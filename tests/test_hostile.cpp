@@ -264,6 +264,31 @@ TEST_SUITE("hostile") {
     }
   }
 
+  // diff's --report and --dump-diff, both or neither: a signal at any of the calls that move
+  // them into place (link, or rename under --force) is held until both are in place (session 25:
+  // one at the report's link left the report without its dump)
+  TEST_CASE("a termination signal as diff moves its report and dump into place leaves both or neither (strace -e inject)") {
+    Hostile h("inject_diff");
+    REQUIRE(test::sh("command -v strace").rc == 0);
+    const std::string dump = h.dir + "/d.h5", report = h.dir + "/r.html";
+    for (const std::string call : {"link", "rename"}) {
+      const std::string force = call == "rename" ? " --force" : "";
+      for (int n = 1; n <= 2; ++n) {
+        auto r = test::sh(cat("ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0 strace -o /dev/null -e trace=", call,
+                              " -e inject=", call, ":signal=SIGTERM:when=", n, " ",
+                              test::mhc(cat("diff cpu cpu --input ", h.in, " --dump-diff ", dump, " --report ", report, force))));
+        CAPTURE(call);
+        CAPTURE(n);
+        CAPTURE(r.err);
+        CHECK(r.rc == 128 + SIGTERM);
+        CHECK(std::filesystem::exists(dump) == std::filesystem::exists(report));
+        for (auto& e : std::filesystem::directory_iterator(h.dir))
+          CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
+        if (call == "link") std::filesystem::remove(dump), std::filesystem::remove(report);
+      }
+    }
+  }
+
   TEST_CASE("SIGTERM while an exec: command holds a tree 40 levels deep in its directory: nothing left") {
     // the handler's removal stopped at 16 levels and left the whole directory (review B, session 24)
     Hostile h("deep_tree");

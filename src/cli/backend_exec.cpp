@@ -92,17 +92,6 @@ void cleanup() {
   if (g_have_dir) remove_tree(AT_FDCWD, g_dir, 0);
 }
 
-// Termination signals held back for its lifetime: a directory made and then registered for the
-// handler (or removed again) is never left between the two by a signal (review B, session 24).
-struct HoldSignals {
-  sigset_t old;
-  HoldSignals() {
-    const sigset_t term = termination_signals();
-    pthread_sigmask(SIG_BLOCK, &term, &old);
-  }
-  ~HoldSignals() { pthread_sigmask(SIG_SETMASK, &old, nullptr); }
-};
-
 // A new directory $TMPDIR/mhc-exec-XXXXXX (/tmp without TMPDIR) in `path`: "" when made, else why not.
 std::string make_temp_dir(std::string& path) {
   const char* base = std::getenv("TMPDIR");

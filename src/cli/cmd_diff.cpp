@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
+#include <optional>
 
 #include "backends.h"
 #include "commands.h"
@@ -304,17 +305,22 @@ void add_diff(CLI::App& app, int& rc) {
     flush_stdout();  // before the files: a report that cannot be printed leaves none of them
     // both or neither: the --dump-diff file, finished, waits for the --report to be written, which
     // is moved into place only once the dump could be too (a report that failed had left an old
-    // dump replaced under --force; review B, sessions 22 and 23)
+    // dump replaced under --force; review B, sessions 22 and 23); a termination signal between the
+    // two moves is held until both are done (one there had left the report without its dump)
+    std::optional<HoldSignals> held;
     auto write_report = [&] {
       if (!o->report.empty())
         save_text(o->report, report_html(rep, cat("mhc diff ", o->a, " ", o->b)), o->force, [&] {
-          if (!o->dump.empty()) check_commit(o->dump, o->force);
+          if (o->dump.empty()) return;
+          check_commit(o->dump, o->force);
+          held.emplace();
         });
     };
     if (o->dump.empty())
       write_report();
     else
       dump_diff(o->dump, prob, rep, o->force, write_report);
+    held.reset();
     rc = rep.exit_status();
   });
 }

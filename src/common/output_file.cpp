@@ -48,7 +48,14 @@ void release_slot(int slot) {
   if (slot >= 0) g_have_temp[slot] = 0;
 }
 
+// Holds (HoldSignals) in force, and the signal that came meanwhile.
+volatile sig_atomic_t g_holds = 0, g_held_signal = 0;
+
 void on_signal(int sig) {
+  if (g_holds > 0) {
+    g_held_signal = sig;
+    return;
+  }
   remove_temp_now();
   _exit(128 + sig);
 }
@@ -222,6 +229,18 @@ sigset_t termination_signals() {
   sigemptyset(&set);
   for (int sig : kTermSignals) sigaddset(&set, sig);
   return set;
+}
+
+HoldSignals::HoldSignals() {
+  const sigset_t term = termination_signals();
+  pthread_sigmask(SIG_BLOCK, &term, &old_);
+  g_holds = g_holds + 1;
+}
+
+HoldSignals::~HoldSignals() {
+  g_holds = g_holds - 1;
+  if (int sig = g_held_signal; g_holds == 0 && sig != 0) on_signal(sig);
+  pthread_sigmask(SIG_SETMASK, &old_, nullptr);  // one pending in this thread is taken now
 }
 
 void remove_temp_on_signal() {

@@ -59,6 +59,21 @@ void remove_temp_on_signal();
 // The termination signals, as a set: blocked around a fork.
 sigset_t termination_signals();
 
+// Termination signals held back for its lifetime: blocked in this thread, and one that another
+// thread receives meanwhile is acted on (the temporary files removed, exit 128 + signal) as the
+// hold ends. Steps that must not be parted by a signal (a directory made and registered; diff's
+// --report and --dump-diff moved into place, both or neither) run inside one.
+class HoldSignals {
+ public:
+  HoldSignals();
+  ~HoldSignals();
+  HoldSignals(const HoldSignals&) = delete;
+  HoldSignals& operator=(const HoldSignals&) = delete;
+
+ private:
+  sigset_t old_;
+};
+
 // In a forked child, before exec: the termination signals' default actions back (those
 // ignored stay ignored).
 void default_termination_signals();
