@@ -32,8 +32,9 @@ struct Alternatives {
 };
 
 // a: A's stored values; exact: the stage recomputed in fp64 from A's own upstream tensors;
-// alternatives: the lean is measured against exact and each of them, and the one A leans from
-// least is kept (the least sum over rows and columns of (sum u)^2 / n); fp32: exact's
+// alternatives: the lean is measured against exact and each of them, and the one A's tokens and
+// columns fit best is kept (rounding.cpp: the 20th percentiles of the rows' and the columns'
+// |mean u|, each relative to the least any replay gives); fp32: exact's
 // replay in fp32 and left unrounded, to find A's exact ties; tau: the largest error before
 // rounding the arithmetic explains, in ulps of `exact`; plain and oracle: the stage's plain
 // class-C evaluation and the fp64 oracle, the lean's null (empty tensors: none); row: elements

@@ -296,6 +296,11 @@ def gemm_cases():
                           diff=["--accept", gemm], checks=[exit_is(1), first_is("dx"), root_has("dx"),
                                                            rounding_reason_has("dx", "trunc"),
                                                            where_ranges("dx", "token", [[5, 5]])]))
+    # a third of the second block's tokens truncated, no dvecX: the replay was chosen by a sum of
+    # squares the bug itself dominated, whose token floor then hid it (review, session 25)
+    cases.append(Case(f"gemm bf16 bug trunc_dx_third without dvecX 512,2,1024, --accept bf16", "512,2,1024",
+                      ["--gemm", "bf16", "--bug", "trunc_dx_third", "--stages", nodvecx], diff=["--accept", "bf16"],
+                      checks=[exit_is(1), first_is("dx"), root_has("dx"), rounding_reason_has("dx", "in 86 tokens")]))
     # gamma 1e3 and 1e-3 in turn (@gamma): dx is nearly all dvecX gamma where gamma is 1e3, and a
     # fused kernel's GEMM error (phi's rounding, coherent over a column) leaned a place in the row
     # 0.46 ulp from the replay through the dumped dvecX; the textbook one's per-token scalar
