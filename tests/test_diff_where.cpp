@@ -199,6 +199,17 @@ TEST_SUITE("diff") {
     CHECK(judge([](int64_t) { return true; }).rfind("truncation: over all 262144 elements", 0) == 0);
     CHECK(judge([](int64_t i) { return i / L == 37; }).rfind("truncation: in 1 token (token 37: 4096 elements)", 0) == 0);
     CHECK(judge([](int64_t i) { return i % L == 100; }).empty());  // a place in 64 tokens: too few to tell (~300)
+    {  // rounded toward +inf: +1/2 ulp on the positive values, -1/2 on the negative ones
+      Tensor a({n}, DType::bf16);
+      for (int64_t i = 0; i < n; ++i) {
+        const double v = noisy[size_t(i)];
+        bf16 b = double_to_bf16(v);
+        if (bf16_to_float(b) < v) b = double_to_bf16(v + bf16_ulp(v) / 2 + bf16_ulp(v) / 64);  // the next value up
+        a.data<bf16>()[i] = b;
+      }
+      std::vector<uint8_t> bad;
+      CHECK(check_rounding(a, exact, Alternatives{}, fp32, Tensor{}, Tensor{}, 1.7, L, bad).reason.rfind("rounding toward +inf: over all", 0) == 0);
+    }
     // A formed from another correct value than the replay's: token 20 scaled by 1 + 2^-8 (a bf16
     // GEMM's error coherent over a token, where A's dx does not read the dvecX it dumped): it
     // leans 0.5..1 ulp from `exact`, not from the alternative replay; a truncated token leans from

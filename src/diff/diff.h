@@ -85,6 +85,7 @@ struct Rounding {
   };
   static constexpr int kBands = 8;  // octaves of |exact| / RMS: [1/2, inf), [1/4, 1/2), ..., [0, 2^-7)
   Group lean_all, lean_band[kBands];
+  Group lean_up;  // every element again, u signed by +1 (not by sign(exact)): rounding toward +inf or -inf
   std::vector<Group> lean_col;
   int64_t rows_lean = 0, lean_row = -1;  // leaning rows; the one that leans most (its token), and its sums
   Lean lean_row_sums;

@@ -60,8 +60,8 @@ struct LeanElem {
   double u, d;
   int band;
 };
-LeanElem lean_elem(double v, double e, double rms) {
-  const double sign = e < 0 ? -1 : 1, ulp = bf16_ulp(std::max(std::fabs(e), rms * kUlpFloor));
+LeanElem lean_elem(double v, double e, double rms, bool directed = false) {
+  const double sign = e < 0 && !directed ? -1 : 1, ulp = bf16_ulp(std::max(std::fabs(e), rms * kUlpFloor));
   LeanElem q;
   q.u = std::clamp((v - e) * sign / ulp, -1.0, 1.0);
   q.d = q.u - (as_bf16(e) - e) * sign / ulp;
@@ -126,26 +126,28 @@ Spread measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, const Ten
   const bool with_null = !plain.bytes.empty() && !oracle.bytes.empty() && plain.size() == n && oracle.size() == n;
   const double rms_o = with_null ? finite_rms(oracle) : 0;
   auto counts = [&](int64_t i) { return lean_counts(a, exact, fp32, rms, i) && std::isfinite(lean_exact.at(i)) && lean_exact.at(i) != 0; };
-  auto elem = [&](int64_t i, Rounding::Group& into, Rounding::Group* band) {
-    const LeanElem q = lean_elem(a.at(i), lean_exact.at(i), rms);
+  auto elem = [&](int64_t i, Rounding::Group& into, Rounding::Group* band, bool directed = false) {
+    const LeanElem q = lean_elem(a.at(i), lean_exact.at(i), rms, directed);
     ::mhc::add(into.a, q);
     if (band) ::mhc::add(band[q.band].a, q);
     const double o = with_null ? oracle.at(i) : 0, v = with_null ? as_bf16(plain.at(i)) : 0;
     if (!with_null || o == 0 || !std::isfinite(o) || !std::isfinite(v)) return;
-    const LeanElem z = lean_elem(v, o, rms_o);
+    const LeanElem z = lean_elem(v, o, rms_o, directed);
     ::mhc::add(into.null, z);
     if (band) ::mhc::add(band[z.band].null, z);
   };
   auto repeats_row = [&](int64_t i) { return i % L > 0 && exact.at(i) == exact.at(i - 1); };
   auto repeats_col = [&](int64_t i) { return i >= L && exact.at(i) == exact.at(i - L); };
-  std::vector<Rounding::Group> by_row(static_cast<size_t>(rows)), whole(static_cast<size_t>(rows));
+  std::vector<Rounding::Group> by_row(static_cast<size_t>(rows)), whole(static_cast<size_t>(rows)), up(static_cast<size_t>(rows));
   std::vector<Rounding::Group> by_band(static_cast<size_t>(rows * B));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t i = t * L; i < (t + 1) * L; ++i)
       if (!repeats_row(i) && counts(i)) {
         elem(i, by_row[size_t(t)], nullptr);
-        if (!repeats_col(i)) elem(i, whole[size_t(t)], &by_band[size_t(t * B)]);
+        if (repeats_col(i)) continue;
+        elem(i, whole[size_t(t)], &by_band[size_t(t * B)]);
+        elem(i, up[size_t(t)], nullptr, true);
       }
   r.lean_col.assign(size_t(L), {});
 #pragma omp parallel for schedule(static)
@@ -158,14 +160,14 @@ Spread measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, const Ten
   const Spread spread{q20_rows, q20_lean(r.lean_col, counted_cols)};
   for (int64_t t = 0; t < rows; ++t) {
     const Rounding::Group& g = by_row[size_t(t)];
-    r.lean_all.add(whole[size_t(t)]);
+    r.lean_all.add(whole[size_t(t)]), r.lean_up.add(up[size_t(t)]);
     for (int k = 0; k < B; ++k) r.lean_band[k].add(by_band[size_t(t * B + k)]);
     if ((row_sign[size_t(t)] = std::fabs(g.a.u) >= floor * g.a.n ? lean_of(g) : 0) == 0) continue;
     ++r.rows_lean;
     r.keep_row(t, by_row[size_t(t)].a);
   }
-  int all = lean_of(r.lean_all), band[B];
-  bool any = all != 0 || r.rows_lean > 0;
+  int all = lean_of(r.lean_all), upward = lean_of(r.lean_up), band[B];
+  bool any = all != 0 || upward != 0 || r.rows_lean > 0;
   for (int k = 0; k < B; ++k) any = (band[k] = lean_of(r.lean_band[k])) != 0 || any;
   std::vector<int> col(static_cast<size_t>(L));
   for (int64_t c = 0; c < L; ++c) any = (col[size_t(c)] = lean_of(r.lean_col[size_t(c)])) != 0 || any;
@@ -176,9 +178,23 @@ Spread measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, const Ten
     if (v == rounded || !counts(i)) continue;
     const int way = std::fabs(v) > std::fabs(rounded) ? 1 : -1;
     const int k = lean_elem(v, lean_exact.at(i), rms).band;
+    if (upward == (v > rounded ? 1 : -1)) bad[size_t(i)] = 1;
     if (all == way || band[k] == way || row_sign[size_t(i / L)] == way || col[size_t(i % L)] == way) bad[size_t(i)] = 1;
   }
   return spread;
+}
+
+// The reason of a lean of every element toward +inf or -inf (u signed by +1), or "": rounded up
+// or down whatever the sign (__float2bfloat16_ru, _rd), which leans +1/2 on one sign and -1/2 on
+// the other, so that the lean signed by sign(exact) averaged 0 (review, session 25).
+std::string directed_reason(const Rounding& r) {
+  const int w = lean_of(r.lean_up);
+  if (w == 0) return "";
+  const Rounding::Lean& g = r.lean_up.a;
+  auto ulps = [](double m) { return std::round(m * 1000) / 1000 + 0.0; };  // + 0.0: never "-0"
+  return cat(w > 0 ? "rounding toward +inf: over all " : "rounding toward -inf: over all ", int64_t(g.n), " elements A's values lie ",
+             ulps(std::fabs(g.u / g.n)), w > 0 ? " ulp above" : " ulp below", " the exact values on average (nearest-even's: ",
+             ulps((g.u - g.d) / g.n), w > 0 ? "; rounded up?)" : "; rounded down?)");
 }
 
 // The reason a lean gives, or "" (explain).
@@ -190,6 +206,7 @@ std::string lean_reason(const Rounding& r) {
                ulps((g.u - g.d) / g.n), way < 0 ? "; rounded toward zero?)" : "; rounded up in magnitude?)");
   };
   if (int w = lean_of(r.lean_all)) return says(w, r.lean_all.a, cat("over all ", int64_t(r.lean_all.a.n), " elements"));
+  if (std::string d = directed_reason(r); !d.empty()) return d;
   for (int k = 0; k < Rounding::kBands; ++k)
     if (int w = lean_of(r.lean_band[k])) {
       const Rounding::Lean& g = r.lean_band[k].a;
@@ -325,6 +342,8 @@ void explain(Rounding& r) {
       r.reason = cat("rounding away from zero: ", n, " rounded up in magnitude where nearest-even rounds down");
     else if (widest < 0.1)
       r.reason = cat("double rounding: ", n, " within 1/8 ulp of a tie rounded the wrong way (rounded twice?)");
+    else if (std::string d = directed_reason(r); !d.empty())
+      r.reason = d;
     else
       r.reason = cat(n, " differ from their inputs' correctly rounded value by more than the arithmetic explains",
                      " (computed from other values than the dump holds?)"),

@@ -249,7 +249,7 @@ void add_rounding(Rounding& x, const Rounding& y) {
     x.off_fp32 += y.off_fp32;
     x.toward += y.toward, x.away += y.away, x.elements += y.elements, x.bias_sum += y.bias_sum;
     x.widest = std::max(x.widest, y.widest), x.widest_unit = std::max(x.widest_unit, y.widest_unit);
-    x.lean_all.add(y.lean_all);
+    x.lean_all.add(y.lean_all), x.lean_up.add(y.lean_up);
     for (int k = 0; k < Rounding::kBands; ++k) x.lean_band[k].add(y.lean_band[k]);
     if (x.lean_col.size() == y.lean_col.size())
       for (size_t c = 0; c < x.lean_col.size(); ++c) x.lean_col[c].add(y.lean_col[c]);

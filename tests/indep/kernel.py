@@ -62,6 +62,7 @@ BUGS = {
     "double_h_in": "h_in rounded to TF32 (RNE) first, then to bf16 (RNE)",
     "trunc_dx": "dx rounded to bf16 by truncation",
     "trunc_dx_tok": "dx of one token (token 5, or the last where T <= 5) rounded to bf16 by truncation",
+    "up_dx": "dx rounded to bf16 toward +inf (__float2bfloat16_ru)",
     "trunc_dx_third": "dx of every third token from token 256 on (256, 259, ...) rounded to bf16 by truncation",
     "dphi_half": "dphi summed over the first half of the tokens only",
     "dx_no_hpre": "dx misses the h_pre[i] dh_in[d] term",
@@ -278,6 +279,8 @@ def backward(inp, fwd, aux, order, gemm, bug, dx_form="dvecX", dphi_form="after"
     rounded = bf16_trunc(dx) if bug == "trunc_dx" else bf16_rne(dx)
     if bug == "trunc_dx_tok":
         rounded[min(5, T - 1)] = bf16_trunc(dx[min(5, T - 1)])
+    if bug == "up_dx":  # the nearest-even value, one step up where it lies below dx
+        rounded = torch.where(rounded < dx, torch.nextafter(rounded.to(torch.bfloat16), torch.tensor(float("inf"), dtype=torch.bfloat16)).to(torch.float32), rounded)
     if bug == "trunc_dx_third":
         rounded[256::3] = bf16_trunc(dx[256::3])
     dx = rounded.reshape(T, n, D)

@@ -301,6 +301,13 @@ def gemm_cases():
     cases.append(Case(f"gemm bf16 bug trunc_dx_third without dvecX 512,2,1024, --accept bf16", "512,2,1024",
                       ["--gemm", "bf16", "--bug", "trunc_dx_third", "--stages", nodvecx], diff=["--accept", "bf16"],
                       checks=[exit_is(1), first_is("dx"), root_has("dx"), rounding_reason_has("dx", "in 86 tokens")]))
+    # dx rounded toward +inf: the lean signed by sign(exact) averaged 0 (+1/2 on one sign, -1/2 on
+    # the other), and under --accept tf32 or bf16 it matched (review, session 25)
+    for gemm in ("fp32", "bf16"):
+        acc = "tf32" if gemm == "fp32" else gemm
+        cases.append(Case(f"gemm {gemm} bug up_dx {s}, --accept {acc}", s, ["--gemm", gemm, "--bug", "up_dx"],
+                          diff=["--accept", acc], checks=[exit_is(1), first_is("dx"), root_has("dx"),
+                                                          rounding_reason_has("dx", "toward +inf")]))
     # gamma 1e3 and 1e-3 in turn (@gamma): dx is nearly all dvecX gamma where gamma is 1e3, and a
     # fused kernel's GEMM error (phi's rounding, coherent over a column) leaned a place in the row
     # 0.46 ulp from the replay through the dumped dvecX; the textbook one's per-token scalar
