@@ -199,17 +199,25 @@ TEST_SUITE("diff") {
     CHECK(judge([](int64_t) { return true; }).rfind("truncation: over all 262144 elements", 0) == 0);
     CHECK(judge([](int64_t i) { return i / L == 37; }).rfind("truncation: in 1 token (token 37: 4096 elements)", 0) == 0);
     CHECK(judge([](int64_t i) { return i % L == 100; }).empty());  // a place in 64 tokens: too few to tell (~300)
-    {  // rounded toward +inf: +1/2 ulp on the positive values, -1/2 on the negative ones
+    // rounded toward +inf: +1/2 ulp on the positive values, -1/2 on the negative ones; over every
+    // element, in one token, and (rows of 512: 512 tokens) at places 64..127 of every row
+    auto judge_up = [&](int64_t row, auto&& up) {
       Tensor a({n}, DType::bf16);
       for (int64_t i = 0; i < n; ++i) {
         const double v = noisy[size_t(i)];
         bf16 b = double_to_bf16(v);
-        if (bf16_to_float(b) < v) b = double_to_bf16(v + bf16_ulp(v) / 2 + bf16_ulp(v) / 64);  // the next value up
+        if (up(i) && bf16_to_float(b) < v) b = double_to_bf16(v + bf16_ulp(v) / 2 + bf16_ulp(v) / 64);  // the next value up
         a.data<bf16>()[i] = b;
       }
       std::vector<uint8_t> bad;
-      CHECK(check_rounding(a, exact, Alternatives{}, fp32, Tensor{}, Tensor{}, 1.7, L, bad).reason.rfind("rounding toward +inf: over all", 0) == 0);
-    }
+      Rounding r = check_rounding(a, exact, Alternatives{}, fp32, Tensor{}, Tensor{}, 1.7, row, bad);
+      CHECK(r.unexplained == 0);
+      return r.reason;
+    };
+    CHECK(judge_up(L, [](int64_t) { return true; }).rfind("rounding toward +inf: over all 262144 elements", 0) == 0);
+    CHECK(judge_up(L, [](int64_t i) { return i / L == 37; }).rfind("rounding toward +inf: in 1 token (token 37: 4096 elements)", 0) == 0);
+    CHECK(judge_up(512, [](int64_t i) { return i % 512 / 64 == 1; }).rfind("rounding toward +inf: at place 64 of every token's row (512 elements)", 0) == 0);
+    CHECK(judge_up(512, [](int64_t) { return false; }).empty());
     // A formed from another correct value than the replay's: token 20 scaled by 1 + 2^-8 (a bf16
     // GEMM's error coherent over a token, where A's dx does not read the dvecX it dumped): it
     // leans 0.5..1 ulp from `exact`, not from the alternative replay; a truncated token leans from

@@ -85,13 +85,22 @@ struct Rounding {
   };
   static constexpr int kBands = 8;  // octaves of |exact| / RMS: [1/2, inf), [1/4, 1/2), ..., [0, 2^-7)
   Group lean_all, lean_band[kBands];
-  Group lean_up;  // every element again, u signed by +1 (not by sign(exact)): rounding toward +inf or -inf
-  std::vector<Group> lean_col;
-  int64_t rows_lean = 0, lean_row = -1;  // leaning rows; the one that leans most (its token), and its sums
-  Lean lean_row_sums;
-  void keep_row(int64_t t, const Lean& g) {
-    if (lean_row < 0 || std::fabs(g.u / g.n) > std::fabs(lean_row_sums.u / lean_row_sums.n)) lean_row = t, lean_row_sums = g;
-  }
+  // u signed by +1 (not by sign(exact)), over every element, by column and by row: rounding toward
+  // +inf or -inf
+  Group lean_up;
+  std::vector<Group> lean_col, lean_col_up;
+  struct Rows {  // the rows that lean (judged in their block); the one that leans most (its token), and its sums
+    int64_t count = 0, most = -1;
+    Lean sums;
+    void keep(int64_t t, const Lean& g) {
+      if (most < 0 || std::fabs(g.u / g.n) > std::fabs(sums.u / sums.n)) most = t, sums = g;
+    }
+    void add(const Rows& o) {
+      count += o.count;
+      if (o.most >= 0) keep(o.most, o.sums);
+    }
+  };
+  Rows rows, rows_up;  // u signed by sign(exact); by +1
 };
 
 // Error over limit, binned: rows along the tokens (or the first axis), columns along the rest.

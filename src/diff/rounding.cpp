@@ -138,73 +138,103 @@ Spread measure_lean(Rounding& r, const Tensor& a, const Tensor& exact, const Ten
   };
   auto repeats_row = [&](int64_t i) { return i % L > 0 && exact.at(i) == exact.at(i - 1); };
   auto repeats_col = [&](int64_t i) { return i >= L && exact.at(i) == exact.at(i - L); };
-  std::vector<Rounding::Group> by_row(static_cast<size_t>(rows)), whole(static_cast<size_t>(rows)), up(static_cast<size_t>(rows));
-  std::vector<Rounding::Group> by_band(static_cast<size_t>(rows * B));
+  std::vector<Rounding::Group> by_row(static_cast<size_t>(rows)), by_row_up(static_cast<size_t>(rows)),
+      whole(static_cast<size_t>(rows)), up(static_cast<size_t>(rows)), by_band(static_cast<size_t>(rows * B));
 #pragma omp parallel for schedule(static)
   for (int64_t t = 0; t < rows; ++t)
     for (int64_t i = t * L; i < (t + 1) * L; ++i)
       if (!repeats_row(i) && counts(i)) {
         elem(i, by_row[size_t(t)], nullptr);
+        elem(i, by_row_up[size_t(t)], nullptr, true);
         if (repeats_col(i)) continue;
         elem(i, whole[size_t(t)], &by_band[size_t(t * B)]);
         elem(i, up[size_t(t)], nullptr, true);
       }
-  r.lean_col.assign(size_t(L), {});
+  r.lean_col.assign(size_t(L), {}), r.lean_col_up.assign(size_t(L), {});
 #pragma omp parallel for schedule(static)
   for (int64_t c = 0; c < L; ++c)
     for (int64_t t = 0; t < rows; ++t)
-      if (!repeats_col(t * L + c) && counts(t * L + c)) elem(t * L + c, r.lean_col[size_t(c)], nullptr);
-  std::vector<int> row_sign(static_cast<size_t>(rows));
-  size_t counted_rows = 0, counted_cols = 0;
-  const double q20_rows = q20_lean(by_row, counted_rows), floor = row_floor(q20_rows, counted_rows);
-  const Spread spread{q20_rows, q20_lean(r.lean_col, counted_cols)};
+      if (!repeats_col(t * L + c) && counts(t * L + c))
+        elem(t * L + c, r.lean_col[size_t(c)], nullptr), elem(t * L + c, r.lean_col_up[size_t(c)], nullptr, true);
+  // the rows that lean beyond their block's spread (row_floor), each way of signing u
+  auto lean_rows = [&](const std::vector<Rounding::Group>& g, Rounding::Rows& kept, std::vector<int>& sign) {
+    size_t counted = 0;
+    const double q20 = q20_lean(g, counted), floor = row_floor(q20, counted);
+    sign.assign(size_t(rows), 0);
+    for (int64_t t = 0; t < rows; ++t)
+      if (std::fabs(g[size_t(t)].a.u) >= floor * g[size_t(t)].a.n && (sign[size_t(t)] = lean_of(g[size_t(t)])) != 0)
+        ++kept.count, kept.keep(t, g[size_t(t)].a);
+    return q20;
+  };
+  std::vector<int> row_sign, row_up;
+  size_t counted_cols = 0;
+  const Spread spread{lean_rows(by_row, r.rows, row_sign), q20_lean(r.lean_col, counted_cols)};
+  lean_rows(by_row_up, r.rows_up, row_up);
   for (int64_t t = 0; t < rows; ++t) {
-    const Rounding::Group& g = by_row[size_t(t)];
     r.lean_all.add(whole[size_t(t)]), r.lean_up.add(up[size_t(t)]);
     for (int k = 0; k < B; ++k) r.lean_band[k].add(by_band[size_t(t * B + k)]);
-    if ((row_sign[size_t(t)] = std::fabs(g.a.u) >= floor * g.a.n ? lean_of(g) : 0) == 0) continue;
-    ++r.rows_lean;
-    r.keep_row(t, by_row[size_t(t)].a);
   }
   int all = lean_of(r.lean_all), upward = lean_of(r.lean_up), band[B];
-  bool any = all != 0 || upward != 0 || r.rows_lean > 0;
+  bool any = all != 0 || upward != 0 || r.rows.count > 0 || r.rows_up.count > 0;
   for (int k = 0; k < B; ++k) any = (band[k] = lean_of(r.lean_band[k])) != 0 || any;
-  std::vector<int> col(static_cast<size_t>(L));
-  for (int64_t c = 0; c < L; ++c) any = (col[size_t(c)] = lean_of(r.lean_col[size_t(c)])) != 0 || any;
+  std::vector<int> col(static_cast<size_t>(L)), col_up(static_cast<size_t>(L));
+  for (int64_t c = 0; c < L; ++c) {
+    any = (col[size_t(c)] = lean_of(r.lean_col[size_t(c)])) != 0 || any;
+    any = (col_up[size_t(c)] = lean_of(r.lean_col_up[size_t(c)])) != 0 || any;
+  }
   if (!any) return spread;
 #pragma omp parallel for schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     const double v = a.at(i), rounded = as_bf16(lean_exact.at(i));
     if (v == rounded || !counts(i)) continue;
-    const int way = std::fabs(v) > std::fabs(rounded) ? 1 : -1;
+    const int way = std::fabs(v) > std::fabs(rounded) ? 1 : -1, way_up = v > rounded ? 1 : -1;
     const int k = lean_elem(v, lean_exact.at(i), rms).band;
-    if (upward == (v > rounded ? 1 : -1)) bad[size_t(i)] = 1;
-    if (all == way || band[k] == way || row_sign[size_t(i / L)] == way || col[size_t(i % L)] == way) bad[size_t(i)] = 1;
+    const size_t t = size_t(i / L), c = size_t(i % L);
+    if (all == way || band[k] == way || row_sign[t] == way || col[c] == way) bad[size_t(i)] = 1;
+    if (upward == way_up || row_up[t] == way_up || col_up[c] == way_up) bad[size_t(i)] = 1;
   }
   return spread;
 }
 
-// The reason of a lean of every element toward +inf or -inf (u signed by +1), or "": rounded up
-// or down whatever the sign (__float2bfloat16_ru, _rd), which leans +1/2 on one sign and -1/2 on
-// the other, so that the lean signed by sign(exact) averaged 0 (review, session 25).
+// A lean in ulps, to 3 digits (+ 0.0: never "-0").
+double ulps(double m) { return std::round(m * 1000) / 1000 + 0.0; }
+
+// What group g's lean says, `where` it is: `way` +1 away from zero (or toward +inf where
+// `directed`: u signed by +1), -1 toward zero (-inf).
+std::string says(int way, const Rounding::Lean& g, const std::string& where, bool directed = false) {
+  const double mean = ulps(std::fabs(g.u / g.n)), nearest = ulps((g.u - g.d) / g.n);
+  if (directed)
+    return cat(way > 0 ? "rounding toward +inf: " : "rounding toward -inf: ", where, " A's values lie ", mean,
+               way > 0 ? " ulp above" : " ulp below", " the exact values on average (nearest-even's: ", nearest,
+               way > 0 ? "; rounded up?)" : "; rounded down?)");
+  return cat(way < 0 ? "truncation: " : "rounding away from zero: ", where, " A's values lie ", mean, " ulp ",
+             way < 0 ? "toward" : "away from", " zero of the exact values on average (nearest-even's: ", nearest,
+             way < 0 ? "; rounded toward zero?)" : "; rounded up in magnitude?)");
+}
+
+std::string in_rows(const Rounding::Rows& rows) {
+  return cat("in ", rows.count, rows.count > 1 ? " tokens (token " : " token (token ", rows.most, ": ", int64_t(rows.sums.n),
+             " elements)");
+}
+
+std::string at_place(size_t c, const Rounding::Group& g) {
+  return cat("at place ", c, " of every token's row (", int64_t(g.a.n), " elements)");
+}
+
+// The reason of a lean toward +inf or -inf (u signed by +1), or "": rounded up or down whatever
+// the sign (__float2bfloat16_ru, _rd), which leans +1/2 on one sign and -1/2 on the other, so that
+// the lean signed by sign(exact) averages 0 (review, session 25); over every element, in tokens, or
+// at a place in the rows (a tile of columns rounded another way).
 std::string directed_reason(const Rounding& r) {
-  const int w = lean_of(r.lean_up);
-  if (w == 0) return "";
-  const Rounding::Lean& g = r.lean_up.a;
-  auto ulps = [](double m) { return std::round(m * 1000) / 1000 + 0.0; };  // + 0.0: never "-0"
-  return cat(w > 0 ? "rounding toward +inf: over all " : "rounding toward -inf: over all ", int64_t(g.n), " elements A's values lie ",
-             ulps(std::fabs(g.u / g.n)), w > 0 ? " ulp above" : " ulp below", " the exact values on average (nearest-even's: ",
-             ulps((g.u - g.d) / g.n), w > 0 ? "; rounded up?)" : "; rounded down?)");
+  if (int w = lean_of(r.lean_up)) return says(w, r.lean_up.a, cat("over all ", int64_t(r.lean_up.a.n), " elements"), true);
+  if (r.rows_up.count > 0) return says(lean_of(r.rows_up.sums), r.rows_up.sums, in_rows(r.rows_up), true);
+  for (size_t c = 0; c < r.lean_col_up.size(); ++c)
+    if (int w = lean_of(r.lean_col_up[c])) return says(w, r.lean_col_up[c].a, at_place(c, r.lean_col_up[c]), true);
+  return "";
 }
 
 // The reason a lean gives, or "" (explain).
 std::string lean_reason(const Rounding& r) {
-  auto says = [](int way, const Rounding::Lean& g, const std::string& where) {
-    auto ulps = [](double m) { return std::round(m * 1000) / 1000; };  // signed: + away from zero
-    return cat(way < 0 ? "truncation: " : "rounding away from zero: ", where, " A's values lie ", ulps(std::fabs(g.u / g.n)),
-               " ulp ", way < 0 ? "toward" : "away from", " zero of the exact values on average (nearest-even's: ",
-               ulps((g.u - g.d) / g.n), way < 0 ? "; rounded toward zero?)" : "; rounded up in magnitude?)");
-  };
   if (int w = lean_of(r.lean_all)) return says(w, r.lean_all.a, cat("over all ", int64_t(r.lean_all.a.n), " elements"));
   if (std::string d = directed_reason(r); !d.empty()) return d;
   for (int k = 0; k < Rounding::kBands; ++k)
@@ -213,13 +243,9 @@ std::string lean_reason(const Rounding& r) {
       std::string m = k == 0 ? "RMS/2 and over" : k == Rounding::kBands - 1 ? cat("under RMS/", 1 << k) : cat("RMS/", 2 << k, "..RMS/", 1 << k);
       return says(w, g, cat("over the ", int64_t(g.n), " elements of magnitude ", m));
     }
-  if (r.rows_lean > 0)
-    return says(lean_of(r.lean_row_sums), r.lean_row_sums,
-                cat("in ", r.rows_lean, r.rows_lean > 1 ? " tokens (token " : " token (token ", r.lean_row, ": ",
-                    int64_t(r.lean_row_sums.n), " elements)"));
+  if (r.rows.count > 0) return says(lean_of(r.rows.sums), r.rows.sums, in_rows(r.rows));
   for (size_t c = 0; c < r.lean_col.size(); ++c)
-    if (int w = lean_of(r.lean_col[c]))
-      return says(w, r.lean_col[c].a, cat("at place ", c, " of every token's row (", int64_t(r.lean_col[c].a.n), " elements)"));
+    if (int w = lean_of(r.lean_col[c])) return says(w, r.lean_col[c].a, at_place(c, r.lean_col[c]));
   return "";
 }
 

@@ -251,10 +251,10 @@ void add_rounding(Rounding& x, const Rounding& y) {
     x.widest = std::max(x.widest, y.widest), x.widest_unit = std::max(x.widest_unit, y.widest_unit);
     x.lean_all.add(y.lean_all), x.lean_up.add(y.lean_up);
     for (int k = 0; k < Rounding::kBands; ++k) x.lean_band[k].add(y.lean_band[k]);
-    if (x.lean_col.size() == y.lean_col.size())
-      for (size_t c = 0; c < x.lean_col.size(); ++c) x.lean_col[c].add(y.lean_col[c]);
-    x.rows_lean += y.rows_lean;
-    if (y.lean_row >= 0) x.keep_row(y.lean_row, y.lean_row_sums);
+    for (auto [xc, yc] : {std::pair{&x.lean_col, &y.lean_col}, std::pair{&x.lean_col_up, &y.lean_col_up}})
+      if (xc->size() == yc->size())
+        for (size_t c = 0; c < xc->size(); ++c) (*xc)[c].add((*yc)[c]);
+    x.rows.add(y.rows), x.rows_up.add(y.rows_up);
   }
   x.checked = x.checked && y.checked;
 }
@@ -269,8 +269,9 @@ void merge(Merged& m, StageReport&& b, const Problem& p, int64_t t0, const Case&
   }
   const bool first = m.ratio < 0;
   StageReport& r = m.r;
-  for (Rounding* g : {&b.rounding, &b.reference_rounding})  // the block's leaning token, as a token of the case
-    if (g->lean_row >= 0) g->lean_row += t0;
+  for (Rounding* g : {&b.rounding, &b.reference_rounding})  // the block's leaning tokens, as tokens of the case
+    for (Rounding::Rows* rows : {&g->rows, &g->rows_up})
+      if (rows->most >= 0) rows->most += t0;
   if (b.compared) {
     const int64_t per = b.count / std::max<int64_t>(1, ab.prob.T()), base = t0 * per;
     m.where->add(b.elem_mask.data(), b.count, base);

@@ -63,6 +63,8 @@ BUGS = {
     "trunc_dx": "dx rounded to bf16 by truncation",
     "trunc_dx_tok": "dx of one token (token 5, or the last where T <= 5) rounded to bf16 by truncation",
     "up_dx": "dx rounded to bf16 toward +inf (__float2bfloat16_ru)",
+    "up_dx_tok": "dx of one token (token 5, or the last where T <= 5) rounded to bf16 toward +inf",
+    "up_dx_tile": "dx at d = 64..127 of every stream (one tile's epilogue) rounded to bf16 toward +inf",
     "trunc_dx_third": "dx of every third token from token 256 on (256, 259, ...) rounded to bf16 by truncation",
     "dphi_half": "dphi summed over the first half of the tokens only",
     "dx_no_hpre": "dx misses the h_pre[i] dh_in[d] term",
@@ -279,8 +281,16 @@ def backward(inp, fwd, aux, order, gemm, bug, dx_form="dvecX", dphi_form="after"
     rounded = bf16_trunc(dx) if bug == "trunc_dx" else bf16_rne(dx)
     if bug == "trunc_dx_tok":
         rounded[min(5, T - 1)] = bf16_trunc(dx[min(5, T - 1)])
-    if bug == "up_dx":  # the nearest-even value, one step up where it lies below dx
-        rounded = torch.where(rounded < dx, torch.nextafter(rounded.to(torch.bfloat16), torch.tensor(float("inf"), dtype=torch.bfloat16)).to(torch.float32), rounded)
+    if bug in ("up_dx", "up_dx_tok", "up_dx_tile"):  # the nearest-even value, one step up where it lies below dx
+        up = torch.where(rounded < dx, torch.nextafter(rounded.to(torch.bfloat16), torch.tensor(float("inf"), dtype=torch.bfloat16)).to(torch.float32), rounded)
+        where = torch.zeros(T, n, D, dtype=torch.bool)
+        if bug == "up_dx":
+            where[:] = True
+        elif bug == "up_dx_tok":
+            where[min(5, T - 1)] = True
+        else:
+            where[:, :, 64:128] = True
+        rounded = torch.where(where.reshape(T, K), up, rounded)
     if bug == "trunc_dx_third":
         rounded[256::3] = bf16_trunc(dx[256::3])
     dx = rounded.reshape(T, n, D)

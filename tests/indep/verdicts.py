@@ -308,6 +308,15 @@ def gemm_cases():
         cases.append(Case(f"gemm {gemm} bug up_dx {s}, --accept {acc}", s, ["--gemm", gemm, "--bug", "up_dx"],
                           diff=["--accept", acc], checks=[exit_is(1), first_is("dx"), root_has("dx"),
                                                           rounding_reason_has("dx", "toward +inf")]))
+    # one token, or one tile of places in the rows, rounded toward +inf: only the whole tensor's
+    # lean was signed by +1 (session 26)
+    for gemm, bug, where in (("fp32", "up_dx_tok", "in 1 token (token 5"), ("bf16", "up_dx_tok", "in 1 token (token 5"),
+                             ("fp32", "up_dx_tile", "toward +inf: at place"), ("bf16", "up_dx_tile", "toward +inf: at place")):
+        acc = "tf32" if gemm == "fp32" else gemm
+        tok = [where_ranges("dx", "token", [[5, 5]])] if bug == "up_dx_tok" else []
+        cases.append(Case(f"gemm {gemm} bug {bug} {s}, --accept {acc}", s, ["--gemm", gemm, "--bug", bug],
+                          diff=["--accept", acc], checks=[exit_is(1), first_is("dx"), root_has("dx"),
+                                                          rounding_reason_has("dx", where)] + tok))
     # gamma 1e3 and 1e-3 in turn (@gamma): dx is nearly all dvecX gamma where gamma is 1e3, and a
     # fused kernel's GEMM error (phi's rounding, coherent over a column) leaned a place in the row
     # 0.46 ulp from the replay through the dumped dvecX; the textbook one's per-token scalar
