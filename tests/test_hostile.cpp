@@ -653,19 +653,23 @@ TEST_SUITE("hostile") {
 
   TEST_CASE("exec: --timeout and SIGTERM/SIGINT/SIGUSR1 kill the command's whole process group and remove the temporary directory") {
     Hostile h("exec_kill");
-    const std::string pid_file = h.dir + "/sleep.pid";
-    // a program that ignores SIGTERM and leaves a grandchild behind (the shell's own child)
-    const std::string slow = h.script("slow.sh", "#!/bin/sh\ntrap '' TERM\nsleep 30 &\necho $! > " + pid_file + "\nwait\n");
+    const std::string pid_file = h.dir + "/sleep.pid", escaped = h.dir + "/escaped.pid";
+    // a program that ignores SIGTERM and leaves a grandchild behind (the shell's own child), and
+    // one more in a session of its own (setsid: outside the process group, it outlived mhc)
+    const std::string slow = h.script("slow.sh", "#!/bin/sh\ntrap '' TERM\nsetsid sh -c 'echo $$ > " + escaped +
+                                                     "; exec sleep 30' &\nsleep 30 &\necho $! > " + pid_file + "\nwait\n");
     const std::string run = "TMPDIR=" + h.dir + " env --default-signal=INT " + test::mhc("run --backend 'exec:" + slow + " {in} {out}' ");
+    auto started = [&] { return " & p=$!; for i in $(seq 100); do [ -s " + pid_file + " ] && [ -s " + escaped + " ] && break; sleep 0.1; done; "; };
     h.expect_error("run --timeout 1 --backend 'exec:" + slow + " {in} {out}' " + h.in + " " + h.out, {"did not finish within 1 s"});
     CHECK(gone(pid_file));
+    CHECK(gone(escaped));
     for (int sig : {SIGTERM, SIGINT, SIGUSR1}) {
       CAPTURE(sig);
-      std::filesystem::remove(pid_file);
-      auto r = test::sh(run + h.in + " " + h.out + " & p=$!; for i in $(seq 100); do [ -s " + pid_file +
-                        " ] && break; sleep 0.1; done; kill -" + std::to_string(sig) + " $p; wait $p; echo $?");
+      std::filesystem::remove(pid_file), std::filesystem::remove(escaped);
+      auto r = test::sh(run + h.in + " " + h.out + started() + "kill -" + std::to_string(sig) + " $p; wait $p; echo $?");
       CHECK(std::stoi(r.out) == 128 + sig);
       CHECK(gone(pid_file));
+      CHECK(gone(escaped));
       CHECK(h.no_exec_dir());
       CHECK(!std::filesystem::exists(h.out));
     }

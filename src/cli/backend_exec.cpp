@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -87,10 +88,75 @@ void remove_tree(int at, const char* name, int depth) {
   unlinkat(at, name, AT_REMOVEDIR);
 }
 
+// The pid of /proc/<name>/stat's process if its parent is `parent`, else 0 (system calls only).
+pid_t child_of(int proc, const char* name, pid_t parent) {
+  pid_t pid = 0;
+  for (const char* c = name; *c; ++c)
+    if (*c < '0' || *c > '9' || pid > 100000000) return 0;
+    else pid = pid * 10 + (*c - '0');
+  char path[32], stat[512];
+  size_t len = 0;
+  for (const char* c = name; *c;) path[len++] = *c++;
+  for (const char* c = "/stat"; *c;) path[len++] = *c++;
+  path[len] = '\0';
+  const int fd = openat(proc, path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  const ssize_t n = read(fd, stat, sizeof stat - 1);
+  close(fd);
+  if (n <= 0) return 0;
+  const char* p = stat + n;  // "pid (comm) S ppid ...": comm may hold ')' and spaces, the last ')' ends it
+  while (p > stat && p[-1] != ')') --p;
+  if (p == stat || p + 3 >= stat + n) return 0;
+  p += 3;  // past " S "
+  pid_t ppid = 0;
+  for (; p < stat + n && *p >= '0' && *p <= '9'; ++p) ppid = ppid * 10 + (*p - '0');
+  return ppid == parent ? pid : 0;
+}
+
+// Kills (SIGKILL) every child of mhc, and returns how many there were (zombies too). While a
+// command runs mhc is its subreaper (PR_SET_CHILD_SUBREAPER), so a descendant that left the
+// command's process group (setsid) is reparented to mhc once its parent ends, not to init, and
+// is found here in a pass after its parent's death. System calls only (the termination handler
+// calls it).
+int kill_children() {
+  const int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (proc < 0) return 0;
+  int found = 0;
+  alignas(dirent64) char buf[4096];
+  for (ssize_t n; (n = getdents64(proc, buf, sizeof buf)) > 0;)
+    for (ssize_t off = 0; off < n; off += reinterpret_cast<dirent64*>(buf + off)->d_reclen)
+      if (pid_t pid = child_of(proc, reinterpret_cast<dirent64*>(buf + off)->d_name, getpid()); pid > 0)
+        kill(pid, SIGKILL), ++found;
+  close(proc);
+  return found;
+}
+
 void cleanup() {
   if (pid_t group = g_group; group > 0) kill(-group, SIGKILL);
+  // a few passes for the descendants outside the group: each is reparented once its parent died
+  for (int pass = 0; pass < 4 && kill_children() > 0; ++pass) {
+    const timespec pause{0, 5'000'000};
+    nanosleep(&pause, nullptr);
+  }
   if (g_have_dir) remove_tree(AT_FDCWD, g_dir, 0);
 }
+
+// Kills and reaps whatever of the command's descendants outlived its process group (setsid),
+// once the command's shell is reaped (mhc has no other children then), for up to 2 s: one that
+// forks as fast as it is killed is left then.
+void kill_strays() {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (kill_children() > 0 && std::chrono::steady_clock::now() < until) {
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {}
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+}
+
+// mhc as the subreaper of the command's descendants (kill_children) while this lives.
+struct Subreaper {
+  Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+  ~Subreaper() { prctl(PR_SET_CHILD_SUBREAPER, 0); }
+};
 
 // A new directory $TMPDIR/mhc-exec-XXXXXX (/tmp without TMPDIR) in `path`: "" when made, else why not.
 std::string make_temp_dir(std::string& path) {
@@ -157,6 +223,7 @@ void run_command(const std::string& shown, const std::string& command, double ti
   const sigset_t term = termination_signals();
   sigset_t old;
   pthread_sigmask(SIG_BLOCK, &term, &old);
+  Subreaper subreaper;  // a descendant that leaves the group is reparented to mhc, and killed by kill_strays
   pid_t pid = fork();
   if (pid == 0) {
     setpgid(0, 0);
@@ -195,6 +262,7 @@ void run_command(const std::string& shown, const std::string& command, double ti
   g_group = 0;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  kill_strays();
   if (timed_out) fail("exec: '", shown, "' did not finish within ", timeout, " s (--timeout)");
   if (WIFSIGNALED(status)) fail("exec: '", shown, "' was killed by signal ", WTERMSIG(status));
   if (WEXITSTATUS(status) == 127) fail("exec: '", shown, "' exited with status 127 (command not found?)");
