@@ -24,17 +24,18 @@ void remove_dataset(const std::string& file, const std::string& path) {
 }
 
 // Replaces a dataset by float64 (or int32) data of any shape.
+// int_bits: 0 for float64, else an integer dataset of 32 or 16 bits, all ones
 void replace_dataset(const std::string& file, const std::string& path, const Shape& shape, double fill,
-                     bool as_int = false) {
+                     int int_bits = 0) {
   H5::H5File f(file, H5F_ACC_RDWR);
   if (H5Lexists(f.getId(), path.c_str(), H5P_DEFAULT) > 0) f.unlink(path);
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   H5::DataSpace sp(int(dims.size()), dims.data());
   std::vector<double> v(size_t(numel(shape)), fill);
   for (size_t i = 0; i < v.size(); ++i) v[i] = fill * double(i % 7 + 1) / 8;  // bf16-exact for fill = 1
-  if (as_int) {
+  if (int_bits) {
     std::vector<int> iv(v.size(), 1);
-    f.createDataSet(path, H5::PredType::STD_I32LE, sp).write(iv.data(), H5::PredType::NATIVE_INT);
+    f.createDataSet(path, int_bits == 16 ? H5::PredType::STD_I16LE : H5::PredType::STD_I32LE, sp).write(iv.data(), H5::PredType::NATIVE_INT);
   } else {
     f.createDataSet(path, H5::PredType::IEEE_F64LE, sp).write(v.data(), H5::PredType::NATIVE_DOUBLE);
   }
@@ -90,8 +91,13 @@ TEST_SUITE("cli") {
     }
     {
       Bad b("int");
-      replace_dataset(b.in, "/inputs/alpha", {3}, 1, true);
+      replace_dataset(b.in, "/inputs/alpha", {3}, 1, 32);
       b.expect_error(b.run(), {"/inputs/alpha", "expected a floating-point dataset, found integer"});
+    }
+    {  // bf16 bit patterns stored as int16 (tensor.view(torch.int16))
+      Bad b("int16");
+      replace_dataset(b.in, "/inputs/x", {4, 4, 8}, 1, 16);
+      b.expect_error(b.run(), {"/inputs/x", "found integer of 16 bits (bf16 bit patterns? write them as float32"});
     }
   }
 

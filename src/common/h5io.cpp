@@ -440,8 +440,11 @@ FloatDataset open_float(const H5::H5File& f, const std::string& file, const std:
                         const std::function<void(const Shape&)>& check = nullptr) {
   FloatDataset d;
   d.ds = open_dataset(f, file, path);
-  if (d.ds.getTypeClass() != H5T_FLOAT)
-    fail(file, ": ", path, ": expected a floating-point dataset, found ", class_name(d.ds.getTypeClass()));
+  if (const H5T_class_t type = d.ds.getTypeClass(); type != H5T_FLOAT)  // 16-bit integers: bf16 bits (tensor.view(torch.int16))?
+    fail(file, ": ", path, ": expected a floating-point dataset, found ", class_name(type),
+         type == H5T_INTEGER && d.ds.getDataType().getSize() == 2
+             ? " of 16 bits (bf16 bit patterns? write them as float32, exact: tensor.float().numpy(); see docs/schema.md)"
+             : "");
   H5::FloatType ft = d.ds.getFloatType();
   std::string name = float_type_name(ft);
   d.dt = name == "bfloat16" ? DType::bf16 : name == "float32" ? DType::f32 : DType::f64;
