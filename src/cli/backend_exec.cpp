@@ -142,13 +142,18 @@ void cleanup() {
 }
 
 // Kills and reaps whatever of the command's descendants outlived its process group (setsid),
-// once the command's shell is reaped (mhc has no other children then), for up to 2 s: one that
-// forks as fast as it is killed is left then.
+// once the command's shell is reaped, for up to 2 s: one that forks as fast as it is killed is
+// left then. mhc has no other children then, and with none left (ECHILD, the common case) /proc
+// is not read: its calls would vary with the processes on the machine.
 void kill_strays() {
   const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-  while (kill_children() > 0 && std::chrono::steady_clock::now() < until) {
-    while (waitpid(-1, nullptr, WNOHANG) > 0) {}
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (std::chrono::steady_clock::now() < until) {
+    const pid_t reaped = waitpid(-1, nullptr, WNOHANG);
+    if (reaped < 0 && errno != EINTR) return;  // no child left
+    if (reaped == 0) {  // children running: kill them, and reap them next
+      kill_children();
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
 }
 
